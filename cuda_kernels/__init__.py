@@ -1,0 +1,1 @@
+"""CUDA C kernels for the pycuda backend, shipped as package data (`*.cu`)."""

@@ -1,0 +1,311 @@
+"""tag_continuous as portable phases: taggers chase runners on a square.
+
+Exact rules: shared/spec/tag_continuous.md. Every phase below is a plain
+numba function of (env, agent, s, p) or (env, s, p); `s` holds the arrays,
+`p` the parameters. Cross-agent results are resolved in their own phases,
+each written by exactly one thread, so there are no racy updates.
+"""
+import math
+
+import numba
+import numpy as np
+import torch
+
+from gpusim import rng
+from gpusim.arrays import ArraySpec
+from gpusim.env import Env
+from gpusim.kernels import agent_phase, env_phase
+
+from .config import TagContinuousConfig
+
+TWO_PI = np.float32(2 * np.pi)
+HALF_PI = np.float32(np.pi / 2)
+F32_ZERO = np.float32(0.0)
+FEATURES = 7  # dx, dy, dspeed, dacceleration, ddirection, is_tagger, still_in_game
+
+
+# ---- reset ------------------------------------------------------------------------
+@numba.jit(nopython=True)
+def spawn_agent(env, agent, s, p):
+    """Uniform position, one of four headings, at rest, in the game."""
+    s.loc_x[env, agent] = rng.uniform(s.rng_state, env, agent) * p.grid_length
+    s.loc_y[env, agent] = rng.uniform(s.rng_state, env, agent) * p.grid_length
+    s.direction[env, agent] = numba.float32(rng.randint(s.rng_state, env, agent, 4)) * HALF_PI
+    s.speed[env, agent] = F32_ZERO
+    s.acceleration[env, agent] = F32_ZERO
+    s.still_in_game[env, agent] = 1
+    s.agent_type[env, agent] = s.is_tagger[agent]
+
+
+@numba.jit(nopython=True)
+def start_clock(env, s, p):
+    s.timestep[env] = 0
+    s.num_runners_left[env] = p.num_runners
+
+
+# ---- step -------------------------------------------------------------------------
+@numba.jit(nopython=True)
+def move(env, agent, s, p):
+    """Spec steps 1-4, plus each agent's edge penalty and step reward."""
+    s.tagged_by[env, agent] = -1
+    s.reward[env, agent] = F32_ZERO
+    if s.still_in_game[env, agent] == 0:  # spec steps 1-3 with still_in_game = 0
+        s.direction[env, agent] = F32_ZERO
+        s.speed[env, agent] = F32_ZERO
+        s.acceleration[env, agent] = F32_ZERO
+        return
+    is_tagger = s.agent_type[env, agent] == 1
+    direction = (s.direction[env, agent] + s.turn_table[s.actions[env, agent, 1]]) % TWO_PI
+    acceleration = s.acceleration[env, agent] + s.acc_table[s.actions[env, agent, 0]]
+    vmax = p.vmax_tagger if is_tagger else p.vmax_runner
+    speed = min(max(s.speed[env, agent] + acceleration, F32_ZERO), vmax)
+    if not (F32_ZERO < speed < vmax):
+        acceleration = F32_ZERO
+    x = s.loc_x[env, agent] + speed * math.cos(direction)
+    y = s.loc_y[env, agent] + speed * math.sin(direction)
+    reward = p.step_reward_tagger if is_tagger else p.step_reward_runner
+    if x < F32_ZERO or x > p.grid_length or y < F32_ZERO or y > p.grid_length:
+        reward += p.edge_hit_penalty
+        x = min(max(x, F32_ZERO), p.grid_length)
+        y = min(max(y, F32_ZERO), p.grid_length)
+    s.direction[env, agent] = direction
+    s.acceleration[env, agent] = acceleration
+    s.speed[env, agent] = speed
+    s.loc_x[env, agent] = x
+    s.loc_y[env, agent] = y
+    s.reward[env, agent] = reward
+
+
+@numba.jit(nopython=True)
+def tick(env, s, p):
+    s.timestep[env] += 1
+
+
+@numba.jit(nopython=True)
+def distance(s, env, a, b):
+    return math.sqrt(squared_distance(s, env, a, b))
+
+
+@numba.jit(nopython=True)
+def write_features(s, p, env, agent, other, column, width):
+    """Neighbour `other` as column `column` of the seven feature blocks of `width`."""
+    row = s.obs
+    row[env, agent, column] = (s.loc_x[env, other] - s.loc_x[env, agent]) / p.position_scale
+    row[env, agent, width + column] = (s.loc_y[env, other] - s.loc_y[env, agent]) / p.position_scale
+    row[env, agent, 2 * width + column] = (s.speed[env, other] - s.speed[env, agent]) / p.speed_scale
+    row[env, agent, 3 * width + column] = (
+        (s.acceleration[env, other] - s.acceleration[env, agent]) / p.speed_scale)
+    row[env, agent, 4 * width + column] = (s.direction[env, other] - s.direction[env, agent]) / TWO_PI
+    row[env, agent, 5 * width + column] = numba.float32(s.agent_type[env, other])
+    row[env, agent, 6 * width + column] = numba.float32(s.still_in_game[env, other])
+
+
+@numba.jit(nopython=True)
+def squared_distance(s, env, a, b):
+    dx = s.loc_x[env, b] - s.loc_x[env, a]
+    dy = s.loc_y[env, b] - s.loc_y[env, a]
+    return dx * dx + dy * dy
+
+
+@numba.jit(nopython=True)
+def previous_bound(s, p, env, agent):
+    """An upper bound on the K-th smallest squared distance, or inf.
+
+    Last step's K neighbours (distinct ids, -1 where none) that are still in
+    the game are K candidates, so the K-th nearest is no farther than the
+    farthest of them. Slightly inflated so that a candidate whose distance
+    rounds to the same float32 square root is never screened out.
+    """
+    bound = np.float32(0.0)
+    for k in range(p.num_observed):
+        other = s.nbr_idx[env, agent, k]
+        if other < 0 or other == agent or s.still_in_game[env, other] == 0:
+            return np.float32(np.inf)
+        bound = max(bound, squared_distance(s, env, agent, other))
+    return bound * np.float32(1.000001)
+
+
+@numba.jit(nopython=True)
+def nearest_in_game(s, p, env, agent):
+    """Sorted list (distance, then id) of the K nearest other agents in the game; its size.
+
+    Candidates come in increasing id, so a tie with the current K-th never
+    displaces it. A squared-distance bound screens out most candidates before
+    any square root or insertion (sqrt is monotonic, so it never drops one
+    that belongs in the list).
+    """
+    k_max = p.num_observed
+    screen = previous_bound(s, p, env, agent)
+    count = 0
+    worst = np.float32(np.inf)  # distance of the K-th entry once the list is full
+    for other in range(s.loc_x.shape[1]):
+        if other == agent or s.still_in_game[env, other] == 0:
+            continue
+        d_sq = squared_distance(s, env, agent, other)
+        if d_sq > screen:
+            continue
+        d = math.sqrt(d_sq)
+        if count < k_max:
+            slot = count
+            count += 1
+        elif d < worst:
+            slot = k_max - 1
+        else:
+            continue
+        while slot > 0 and s.nbr_dist[env, agent, slot - 1] > d:
+            s.nbr_dist[env, agent, slot] = s.nbr_dist[env, agent, slot - 1]
+            s.nbr_idx[env, agent, slot] = s.nbr_idx[env, agent, slot - 1]
+            slot -= 1
+        s.nbr_dist[env, agent, slot] = d
+        s.nbr_idx[env, agent, slot] = other
+        if count == k_max:
+            worst = s.nbr_dist[env, agent, k_max - 1]
+            screen = min(screen, squared_distance(s, env, agent, s.nbr_idx[env, agent, k_max - 1])
+                         * np.float32(1.000001))
+    for k in range(count, k_max):
+        s.nbr_idx[env, agent, k] = -1
+    return count
+
+
+@numba.jit(nopython=True)
+def observe(env, agent, s, p):
+    """Spec observation, from the state after moves and before tagging."""
+    obs_dim = s.obs.shape[2]
+    if s.still_in_game[env, agent] == 0:
+        for k in range(obs_dim):
+            s.obs[env, agent, k] = F32_ZERO
+        return
+    width = (obs_dim - 1) // FEATURES
+    if p.full_observation:
+        column = 0
+        for other in range(s.loc_x.shape[1]):
+            if other != agent:
+                write_features(s, p, env, agent, other, column, width)
+                column += 1
+    else:
+        count = nearest_in_game(s, p, env, agent)
+        for column in range(count):
+            write_features(s, p, env, agent, s.nbr_idx[env, agent, column], column, width)
+        for column in range(count, width):
+            for f in range(FEATURES):
+                s.obs[env, agent, f * width + column] = F32_ZERO
+    s.obs[env, agent, obs_dim - 1] = numba.float32(s.timestep[env]) / p.episode_length_f
+
+
+@numba.jit(nopython=True)
+def tag_runners(env, agent, s, p):
+    """Each runner in the game checks its nearest tagger (ties to the lower id)."""
+    if s.agent_type[env, agent] == 1 or s.still_in_game[env, agent] == 0:
+        return
+    nearest = -1
+    nearest_d = np.float32(np.inf)
+    for k in range(s.tagger_ids.shape[0]):  # increasing ids
+        other = s.tagger_ids[k]
+        d = distance(s, env, agent, other)
+        if d < nearest_d:
+            nearest_d = d
+            nearest = other
+    if nearest >= 0 and nearest_d < p.tag_radius:
+        s.reward[env, agent] += p.tag_penalty_for_runner
+        s.tagged_by[env, agent] = nearest
+        if p.runner_exits:
+            s.still_in_game[env, agent] = 0
+
+
+@numba.jit(nopython=True)
+def score(env, agent, s, p):
+    """Taggers collect every tag they made; runners still in at the end get their bonus."""
+    if s.agent_type[env, agent] == 1:
+        tags = 0
+        for other in range(s.loc_x.shape[1]):
+            if s.tagged_by[env, other] == agent:
+                tags += 1
+        s.reward[env, agent] += numba.float32(tags) * p.tag_reward_for_tagger
+    elif s.still_in_game[env, agent] == 1 and s.timestep[env] == p.episode_length:
+        s.reward[env, agent] += p.end_of_game_reward_for_runner
+
+
+@numba.jit(nopython=True)
+def finish(env, s, p):
+    if p.runner_exits:
+        for other in range(s.loc_x.shape[1]):
+            if s.tagged_by[env, other] >= 0:
+                s.num_runners_left[env] -= 1
+    terminated = s.num_runners_left[env] == 0
+    s.terminated[env] = terminated
+    s.truncated[env] = (not terminated) and s.timestep[env] >= p.episode_length
+
+
+class TagContinuous(Env):
+    name = "tag_continuous"
+    config_class = TagContinuousConfig
+    reset_phases = (agent_phase(spawn_agent), env_phase(start_clock), agent_phase(observe))
+    step_phases = (agent_phase(move), env_phase(tick), agent_phase(observe),
+                   agent_phase(tag_runners), agent_phase(score), env_phase(finish))
+
+    def setup(self, config):
+        c = config
+        self.num_agents = c.num_agents
+        observed = c.num_agents - 1 if c.use_full_observation else c.num_other_agents_observed
+        self.obs_dim = FEATURES * observed + 1
+        self.action_nvec = (c.num_acceleration_levels + 1, c.num_turn_levels + 1)
+        taggers = c.tagger_id_list
+        self.policies = {"tagger": taggers,
+                         "runner": tuple(i for i in range(c.num_agents) if i not in taggers)}
+
+    def array_specs(self):
+        c, f32, i32 = self.config, torch.float32, torch.int32
+        k = c.num_other_agents_observed
+        state = {name: ArraySpec(f32, state=True)
+                 for name in ("loc_x", "loc_y", "speed", "direction", "acceleration")}
+        state.update(still_in_game=ArraySpec(i32, state=True),
+                     agent_type=ArraySpec(i32, state=True),
+                     num_runners_left=ArraySpec(i32, scope="env", state=True),
+                     timestep=ArraySpec(i32, scope="env", state=True))
+        scratch = dict(nbr_idx=ArraySpec(i32, (k,)), nbr_dist=ArraySpec(f32, (k,)),
+                       tagged_by=ArraySpec(i32))
+        tables = dict(acc_table=ArraySpec(f32, (c.num_acceleration_levels + 1,), scope="global"),
+                      turn_table=ArraySpec(f32, (c.num_turn_levels + 1,), scope="global"),
+                      is_tagger=ArraySpec(i32, (c.num_agents,), scope="global"),
+                      tagger_ids=ArraySpec(i32, (c.num_taggers,), scope="global"))
+        return {**state, **scratch, **tables}
+
+    def initial_values(self):
+        c = self.config
+        is_tagger = np.zeros(c.num_agents, dtype=np.int32)
+        is_tagger[list(c.tagger_id_list)] = 1
+        return {"acc_table": action_table(c.min_acceleration, c.max_acceleration,
+                                          c.num_acceleration_levels),
+                "turn_table": action_table(c.min_turn, c.max_turn, c.num_turn_levels),
+                "is_tagger": is_tagger,
+                "tagger_ids": np.asarray(c.tagger_id_list, dtype=np.int32),
+                "nbr_idx": np.full((self.num_envs, c.num_agents, c.num_other_agents_observed),
+                                   -1, dtype=np.int32)}
+
+    def params(self):
+        c, f32 = self.config, np.float32
+        return dict(
+            grid_length=f32(c.grid_length),
+            num_runners=np.int32(c.num_runners),
+            episode_length=np.int32(c.episode_length),
+            episode_length_f=f32(c.episode_length),
+            vmax_tagger=f32(c.max_speed * c.skill_level_tagger),
+            vmax_runner=f32(c.max_speed * c.skill_level_runner),
+            num_observed=np.int32(c.num_other_agents_observed),
+            full_observation=np.bool_(c.use_full_observation),
+            runner_exits=np.bool_(c.runner_exits_game_after_tagged),
+            position_scale=f32(np.sqrt(2.0) * c.grid_length),
+            speed_scale=f32(c.max_speed + 1e-10),
+            tag_radius=f32(c.tagging_distance * c.grid_length),
+            tag_reward_for_tagger=f32(c.tag_reward_for_tagger),
+            tag_penalty_for_runner=f32(c.tag_penalty_for_runner),
+            step_reward_tagger=f32(c.step_penalty_for_tagger),
+            step_reward_runner=f32(c.step_reward_for_runner),
+            edge_hit_penalty=f32(c.edge_hit_penalty),
+            end_of_game_reward_for_runner=f32(c.end_of_game_reward_for_runner),
+        )
+
+
+def action_table(low, high, levels):
+    """Index 0 is the no-op; indices 1..levels are linspace(low, high, levels)."""
+    return np.concatenate([[0.0], np.linspace(low, high, levels)]).astype(np.float32)

@@ -1,0 +1,87 @@
+"""Named env arrays: torch tensors on the run's device, viewed zero-copy by kernels."""
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from gpusim.errors import ArrayError
+
+# scope -> leading dimensions of the array
+_SCOPES = ("agent", "env", "global")
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """One named array: dtype, trailing shape, and what it is indexed by first.
+
+    scope "agent": (num_envs, num_agents, *shape); "env": (num_envs, *shape);
+    "global": shape alone (constant tables). `state` arrays are what
+    `get_state` / `set_state` read and inject.
+    """
+    dtype: torch.dtype
+    shape: tuple = ()
+    scope: str = "agent"
+    state: bool = False
+
+    def full_shape(self, num_envs: int, num_agents: int) -> tuple:
+        lead = {"agent": (num_envs, num_agents), "env": (num_envs,), "global": ()}[self.scope]
+        return lead + tuple(self.shape)
+
+
+_tuple_types: dict = {}
+
+
+def namedtuple_type(kind: str, names: tuple):
+    """One namedtuple class per field list, so numba compiles a kernel once per layout."""
+    key = (kind, names)
+    if key not in _tuple_types:
+        _tuple_types[key] = collections.namedtuple(kind, names)
+    return _tuple_types[key]
+
+
+class DeviceArrays:
+    """The tensors of one env instance, and their kernel views as one namedtuple."""
+
+    def __init__(self, specs: dict, num_envs: int, num_agents: int, backend):
+        for name, spec in specs.items():
+            if spec.scope not in _SCOPES:
+                raise ArrayError(f"array '{name}' has unknown scope '{spec.scope}'")
+        self.specs = dict(specs)
+        self.backend = backend
+        self.tensors = {name: torch.zeros(spec.full_shape(num_envs, num_agents),
+                                          dtype=spec.dtype, device=backend.device)
+                        for name, spec in self.specs.items()}
+        self.shapes = {name: t.shape for name, t in self.tensors.items()}
+        fields = tuple(self.specs)
+        self.views = namedtuple_type("Arrays", fields)(
+            *(backend.view(self.tensors[n]) for n in fields))
+
+    def __getitem__(self, name) -> torch.Tensor:
+        return self.tensors[name]
+
+    def state_names(self) -> tuple:
+        return tuple(n for n, s in self.specs.items() if s.state)
+
+    def write(self, name: str, value):
+        """Copy `value` into array `name` after checking dtype, shape and layout."""
+        if name not in self.tensors:
+            raise ArrayError(f"unknown array '{name}' (known: {', '.join(self.specs)})")
+        target = self.tensors[name]
+        if isinstance(value, np.ndarray):
+            if not value.flags.c_contiguous:
+                raise ArrayError(f"array '{name}' must be contiguous")
+            value = torch.from_numpy(value)
+        if not isinstance(value, torch.Tensor):
+            raise ArrayError(f"array '{name}' must be a torch tensor or numpy array, "
+                             f"got {type(value).__name__}")
+        if value.dtype != target.dtype:
+            raise ArrayError(f"array '{name}' must have dtype {target.dtype}, got {value.dtype}")
+        if value.shape != target.shape:
+            raise ArrayError(f"array '{name}' must have shape {tuple(target.shape)}, "
+                             f"got {tuple(value.shape)}")
+        if not value.is_contiguous():
+            raise ArrayError(f"array '{name}' must be contiguous")
+        target.copy_(value)

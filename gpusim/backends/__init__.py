@@ -1,0 +1,55 @@
+"""Backends: the one place that knows how kernels are compiled and launched.
+
+Every backend offers the same small interface (`Backend`), so nothing above
+this layer branches on the backend name:
+- `cpu`: portable kernels compiled with numba `njit(parallel=True)`.
+- `numba`: numba CUDA kernels on an NVIDIA GPU.
+- `cudasim`: numba's CUDA simulator, running GPU kernel code on the CPU.
+"""
+from __future__ import annotations
+
+import sys
+
+from gpusim.backends.base import Backend
+from gpusim.errors import BackendError
+
+BACKEND_NAMES = ("auto", "cpu", "numba", "cudasim")
+
+
+def cuda_works() -> tuple[bool, str]:
+    """Whether numba can launch on a CUDA GPU here, and why not if it cannot."""
+    try:
+        from numba import cuda
+        if not cuda.is_available():
+            return False, "no CUDA GPU or driver found"
+        import torch
+        if not torch.cuda.is_available():
+            return False, "torch was built without CUDA or sees no GPU"
+        return True, "CUDA GPU found"
+    except Exception as exc:  # a broken driver install is still "no GPU"
+        return False, f"CUDA unusable ({type(exc).__name__}: {exc})"
+
+
+def get_backend(name: str = "auto", device_index: int = 0, quiet: bool = False) -> Backend:
+    """The backend called `name`; `auto` picks `numba` when a CUDA GPU works, else `cpu`."""
+    if name not in BACKEND_NAMES:
+        raise BackendError(f"unknown backend '{name}' (choose from {', '.join(BACKEND_NAMES)})")
+    if name == "auto":
+        ok, why = cuda_works()
+        name = "numba" if ok else "cpu"
+        if not quiet:
+            print(f"gpusim: backend auto -> {name} ({why})", file=sys.stderr)
+    if name == "cpu":
+        from gpusim.backends.cpu import CPUBackend
+        return CPUBackend()
+    if name == "cudasim":
+        from gpusim.backends.cudasim import CUDASimBackend
+        return CUDASimBackend()
+    ok, why = cuda_works()
+    if not ok:
+        raise BackendError(f"backend 'numba' needs a CUDA GPU: {why}; use --backend cpu")
+    from gpusim.backends.numba_cuda import NumbaCUDABackend
+    return NumbaCUDABackend(device_index)
+
+
+__all__ = ["Backend", "BACKEND_NAMES", "get_backend", "cuda_works"]

@@ -1,0 +1,94 @@
+"""Validated configuration dataclasses loaded from YAML.
+
+A config class is a plain dataclass whose fields carry their types; `from_dict`
+checks every key and value and raises `ConfigError` naming the key.
+A class may add a `check(self)` method for cross-field rules, raising
+`ConfigError` itself.
+"""
+from __future__ import annotations
+
+import dataclasses
+import typing
+from pathlib import Path
+
+import yaml
+
+from gpusim.errors import ConfigError
+
+
+def load_yaml(path) -> dict:
+    """Read a YAML mapping with `yaml.safe_load`; errors name the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark else ""
+        raise ConfigError(f"{path}: not valid YAML{where}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    return data
+
+
+def from_dict(cls, data: dict | None, section: str = ""):
+    """Build config dataclass `cls` from a mapping, validating every key."""
+    data = {} if data is None else data
+    prefix = f"{section}." if section else ""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{section or cls.__name__}: expected a mapping")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for key in data:
+        if key not in fields:
+            raise ConfigError(f"unknown config key '{prefix}{key}' "
+                              f"(known: {', '.join(sorted(fields))})")
+    hints = typing.get_type_hints(cls)
+    values = {k: _coerce(f"{prefix}{k}", hints[k], v) for k, v in data.items()}
+    config = cls(**values)
+    if hasattr(config, "check"):
+        config.check()
+    return config
+
+
+def to_dict(config) -> dict:
+    return dataclasses.asdict(config)
+
+
+def require(ok: bool, key: str, message: str):
+    """Raise a ConfigError naming `key` unless `ok`."""
+    if not ok:
+        raise ConfigError(f"config key '{key}' {message}")
+
+
+def _coerce(key, hint, value):
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin is typing.Union or origin is getattr(__import__("types"), "UnionType", None):
+        if value is None and type(None) in args:
+            return None
+        (hint,) = [a for a in args if a is not type(None)]
+        return _coerce(key, hint, value)
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"config key '{key}' must be a list, got {value!r}")
+        return tuple(_coerce(f"{key}[{n}]", args[0], v) for n, v in enumerate(value))
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"config key '{key}' must be true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"config key '{key}' must be an integer, got {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"config key '{key}' must be a number, got {value!r}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"config key '{key}' must be a string, got {value!r}")
+        return value
+    raise TypeError(f"unsupported config type {hint} for '{key}'")

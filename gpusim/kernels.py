@@ -1,0 +1,146 @@
+"""Portable kernels: a list of phases compiled for a GPU block or a CPU loop.
+
+A phase is a plain `numba.jit` function. An agent phase is called as
+`fn(env, agent, s, p)` once per agent; an env phase as `fn(env, s, p)` once
+per replica. `s` is a namedtuple of the env's arrays, `p` a namedtuple of
+its scalar parameters. A `Section` runs its phases only in the replicas where
+its guard `guard(env, s, p)` is true (used for auto-reset).
+
+Between phases comes a barrier: `cuda.syncthreads()` in the CUDA kernel
+(grid = replicas, block = agents), the end of the agent loop in the CPU
+kernel (replicas across cores with prange). This module writes the source
+of both kernels; the backends compile it.
+"""
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class Phase:
+    fn: Callable
+    per_env: bool = False
+
+
+def agent_phase(fn) -> Phase:
+    return Phase(fn, per_env=False)
+
+
+def env_phase(fn) -> Phase:
+    return Phase(fn, per_env=True)
+
+
+@dataclass(frozen=True)
+class Section:
+    phases: tuple
+    guard: Callable | None = None
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """What a kernel does: its sections in order. Hashable, so compiled kernels are cached."""
+    name: str
+    sections: tuple
+
+    @classmethod
+    def of(cls, name, *parts):
+        """Build from phases and sections; bare phases form unguarded sections."""
+        sections, run = [], []
+        for part in parts:
+            if isinstance(part, Section):
+                if run:
+                    sections.append(Section(tuple(run)))
+                    run = []
+                sections.append(part)
+            else:
+                run.append(part if isinstance(part, Phase) else agent_phase(part))
+        if run:
+            sections.append(Section(tuple(run)))
+        return cls(name, tuple(sections))
+
+
+def _callables(spec: KernelSpec) -> dict:
+    names = {}
+    for k, section in enumerate(spec.sections):
+        if section.guard is not None:
+            names[f"guard{k}"] = section.guard
+        for j, phase in enumerate(section.phases):
+            names[f"phase{k}_{j}"] = phase.fn
+    return names
+
+
+def cuda_source(spec: KernelSpec) -> tuple[str, dict]:
+    """Source of `kernel(s, p)` for a grid of replicas x a block of agents."""
+    lines = ["def kernel(s, p):",
+             "    env = cuda.blockIdx.x",
+             "    agent = cuda.threadIdx.x"]
+    for k, section in enumerate(spec.sections):
+        pad = "    "
+        if section.guard is not None:
+            # The guard is uniform over the block, so barriers inside it are safe.
+            lines.append(f"    run{k} = guard{k}(env, s, p)")
+            lines.append(f"    cuda.syncthreads()")
+            lines.append(f"    if run{k}:")
+            pad = "        "
+        for j, phase in enumerate(section.phases):
+            if phase.per_env:
+                lines.append(f"{pad}if agent == 0:")
+                lines.append(f"{pad}    phase{k}_{j}(env, s, p)")
+            else:
+                lines.append(f"{pad}phase{k}_{j}(env, agent, s, p)")
+            lines.append(f"{pad}cuda.syncthreads()")
+    return "\n".join(lines) + "\n", _callables(spec)
+
+
+def cpu_source(spec: KernelSpec) -> tuple[str, dict]:
+    """Source of `kernel(num_envs, num_agents, s, p)`: replicas in prange."""
+    lines = ["def kernel(num_envs, num_agents, s, p):",
+             "    for env in prange(num_envs):"]
+    for k, section in enumerate(spec.sections):
+        pad = "        "
+        if section.guard is not None:
+            lines.append(f"        if guard{k}(env, s, p):")
+            pad = "            "
+        for j, phase in enumerate(section.phases):
+            if phase.per_env:
+                lines.append(f"{pad}phase{k}_{j}(env, s, p)")
+            else:
+                lines.append(f"{pad}for agent in range(num_agents):")
+                lines.append(f"{pad}    phase{k}_{j}(env, agent, s, p)")
+    return "\n".join(lines) + "\n", _callables(spec)
+
+
+def build(source: str, namespace: dict, name: str = "kernel"):
+    """Execute generated source in `namespace` and return the function."""
+    code = compile(source, f"<gpusim kernel {namespace.get('__kernel_name__', name)}>", "exec")
+    exec(code, namespace)
+    return namespace[name]
+
+
+def to_python(fn, swaps=None, _memo=None):
+    """A pure-Python copy of `fn` whose jit-compiled callees are pure Python too.
+
+    The CUDA simulator interprets kernels as Python, and compiled dispatchers
+    cannot be called with its array stand-ins, so every dispatcher reachable
+    through a function's globals (phases, RNG helpers, device functions) is
+    swapped for its `py_func`, recursively. `swaps` maps global objects (by
+    identity) to stand-ins, e.g. the `numba.cuda` module to the simulator's.
+    """
+    memo = {} if _memo is None else _memo
+    swaps = {} if swaps is None else swaps
+    py = getattr(fn, "py_func", fn)
+    if not isinstance(py, types.FunctionType):
+        return fn
+    if py in memo:
+        return memo[py]
+    globs = dict(py.__globals__)
+    clone = types.FunctionType(py.__code__, globs, py.__name__, py.__defaults__, py.__closure__)
+    memo[py] = clone
+    for key, value in py.__globals__.items():
+        if any(value is original for original in swaps):
+            globs[key] = next(v for k, v in swaps.items() if k is value)
+        elif hasattr(value, "py_func"):
+            globs[key] = to_python(value, swaps, memo)
+    return clone

@@ -1,0 +1,79 @@
+"""Shared test helpers: random tag_continuous states and env construction."""
+import numpy as np
+import pytest
+import torch
+
+import gpusim
+from gpusim.backends import cuda_works
+
+
+def pytest_collection_modifyitems(config, items):
+    ok, why = cuda_works()
+    if ok:
+        return
+    skip_gpu = pytest.mark.skip(reason=f"needs a CUDA GPU: {why}")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip_gpu)
+
+
+def random_tag_state(config, num_envs, rng, p_in_game=0.8):
+    """A random but consistent tag_continuous state, biased towards tags and edges.
+
+    Some runners sit close to a tagger (tags happen), some agents sit near the
+    walls (edge hits happen), speeds span [0, vmax] including both ends, and
+    timesteps span the whole episode (truncation happens).
+    """
+    c = config
+    n = c.num_agents
+    length = c.grid_length
+    taggers = np.array(c.tagger_id_list)
+    is_tagger = np.zeros(n, dtype=np.int32)
+    is_tagger[taggers] = 1
+    loc_x = rng.uniform(0, length, (num_envs, n)).astype(np.float32)
+    loc_y = rng.uniform(0, length, (num_envs, n)).astype(np.float32)
+    radius = max(c.tagging_distance * length, 1e-3)
+    near = rng.random((num_envs, n)) < 0.25  # runners placed next to a random tagger
+    partner = rng.choice(taggers, (num_envs, n))
+    offset = rng.uniform(-3 * radius, 3 * radius, (num_envs, n, 2)).astype(np.float32)
+    envs = np.arange(num_envs)[:, None]
+    for coord, loc in ((0, loc_x), (1, loc_y)):
+        moved = np.clip(loc[envs, partner] + offset[..., coord], 0, length)
+        loc[:] = np.where(near & (is_tagger == 0), moved, loc)
+    edge = rng.random((num_envs, n)) < 0.1
+    loc_x[edge] = rng.choice([0.0, length], edge.sum()).astype(np.float32)
+    vmax = np.where(is_tagger == 1, c.max_speed * c.skill_level_tagger,
+                    c.max_speed * c.skill_level_runner).astype(np.float32)
+    speed = (rng.uniform(0, 1, (num_envs, n)) * vmax).astype(np.float32)
+    pick = rng.random((num_envs, n))
+    speed = np.where(pick < 0.1, 0, np.where(pick > 0.9, vmax, speed)).astype(np.float32)
+    in_game = (rng.random((num_envs, n)) < p_in_game).astype(np.int32)
+    in_game[:, taggers] = 1
+    runners_left = (in_game * (1 - is_tagger)).sum(axis=1).astype(np.int32)
+    timestep = rng.integers(0, c.episode_length, num_envs).astype(np.int32)
+    timestep[rng.random(num_envs) < 0.3] = c.episode_length - 1
+    return {
+        "loc_x": loc_x, "loc_y": loc_y,
+        "speed": (speed * in_game).astype(np.float32),
+        "direction": rng.uniform(0, 2 * np.pi, (num_envs, n)).astype(np.float32),
+        "acceleration": rng.uniform(-0.3, 0.3, (num_envs, n)).astype(np.float32),
+        "still_in_game": in_game,
+        "agent_type": np.broadcast_to(is_tagger, (num_envs, n)).copy(),
+        "num_runners_left": runners_left,
+        "timestep": timestep,
+    }
+
+
+def random_actions(env, rng):
+    return torch.from_numpy(np.stack(
+        [rng.integers(0, n, (env.num_envs, env.num_agents)) for n in env.action_nvec],
+        axis=-1).astype(np.int32)).to(env.device)
+
+
+@pytest.fixture
+def np_rng():
+    return np.random.default_rng(1234)
+
+
+def make_tag(num_envs=4, backend="cpu", seed=0, **config):
+    return gpusim.make("tag_continuous", num_envs=num_envs, backend=backend, seed=seed, **config)

@@ -1,0 +1,1 @@
+"""Training on device-resident rollouts (PPO, A2C), installed as `gpusim.training`."""

@@ -1,0 +1,53 @@
+"""Config loading: YAML, unknown keys, bad values, each a one-line error naming the key."""
+import pytest
+
+from gpusim.config import from_dict, load_yaml
+from gpusim.envs.tag_continuous.config import TagContinuousConfig
+from gpusim.errors import ConfigError
+
+
+def test_shipped_yaml_matches_the_spec_defaults():
+    assert TagContinuousConfig.load() == TagContinuousConfig()
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"bogus": 1}, "unknown config key 'env.bogus'"),
+    ({"num_taggers": 1.5}, "'env.num_taggers' must be an integer"),
+    ({"num_taggers": True}, "'env.num_taggers' must be an integer"),
+    ({"grid_length": "big"}, "'env.grid_length' must be a number"),
+    ({"use_full_observation": 1}, "'env.use_full_observation' must be true or false"),
+    ({"tagger_ids": 3}, "'env.tagger_ids' must be a list"),
+    ({"num_runners": 0}, "'num_runners' must be at least 1"),
+    ({"grid_length": -1.0}, "'grid_length' must be positive"),
+    ({"min_turn": 3.0}, "'min_turn' must not exceed max_turn"),
+    ({"edge_hit_penalty": 0.5}, "'edge_hit_penalty' must be <= 0"),
+    ({"tagger_ids": [0, 0, 1, 2, 3, 4, 5, 6, 7, 8]}, "'tagger_ids' must not repeat"),
+    ({"tagger_ids": [0]}, "'tagger_ids' must list exactly num_taggers=10"),
+    ({"num_taggers": 1, "num_runners": 1, "tagger_ids": [2]}, "ids must lie in 0..1"),
+])
+def test_bad_values_name_the_key(data, message):
+    with pytest.raises(ConfigError) as err:
+        from_dict(TagContinuousConfig, data, section="env")
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_yaml_errors(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("env: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_yaml(bad)
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_yaml(tmp_path / "missing.yaml")
+    listy = tmp_path / "list.yaml"
+    listy.write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="expected a mapping"):
+        load_yaml(listy)
+
+
+def test_load_from_yaml_with_overrides(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("env:\n  num_taggers: 3\n  tagger_ids: [5, 1, 2]\n")
+    config = TagContinuousConfig.load(path, num_runners=7)
+    assert (config.num_taggers, config.num_runners) == (3, 7)
+    assert config.tagger_id_list == (1, 2, 5)

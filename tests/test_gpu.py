@@ -1,0 +1,85 @@
+"""GPU tests (`gpu` marker): the numba backend against cpu and the NumPy reference.
+
+Skipped cleanly where no CUDA GPU works (see conftest.py).
+"""
+import numpy as np
+import pytest
+import torch
+
+from conftest import make_tag, random_actions, random_tag_state
+from gpusim import ActionSampler, get_backend
+from gpusim.envs.tag_continuous import reference as ref
+from gpusim.errors import BackendError
+from test_kernels import raw_mean_kernel
+
+pytestmark = pytest.mark.gpu
+ATOL = 2e-5
+
+
+def test_numba_matches_reference_and_cpu():
+    rng = np.random.default_rng(0)
+    gpu = make_tag(num_envs=4, backend="numba", num_taggers=5)
+    cpu = make_tag(num_envs=4, backend="cpu", num_taggers=5)
+    gpu.reset()
+    cpu.reset()
+    for t in range(100):
+        state = random_tag_state(gpu.config, 4, rng)
+        gpu.set_state(state)
+        cpu.set_state(state)
+        actions = random_actions(cpu, rng)
+        got = gpu.step(actions.to(gpu.device))
+        want = ref.step(gpu.config, state, actions.numpy())
+        done = want[3] | want[4]
+        np.testing.assert_array_equal(got[2].cpu().numpy(), want[3])
+        np.testing.assert_array_equal(got[3].cpu().numpy(), want[4])
+        np.testing.assert_allclose(got[1].cpu().numpy(), want[2], atol=ATOL)
+        np.testing.assert_allclose(got[0].cpu().numpy()[~done], want[1][~done], atol=ATOL)
+        cpu_obs = cpu.step(actions)[0]
+        np.testing.assert_allclose(got[0].cpu().numpy()[~done], cpu_obs.numpy()[~done], atol=ATOL)
+
+
+def test_rollout_has_no_host_sync():
+    env = make_tag(num_envs=64, backend="numba", num_taggers=5)
+    env.reset()
+    sampler = ActionSampler(env)
+    probs = torch.full((64, env.num_agents, sum(env.action_nvec)), 1.0, device=env.device)
+    sampler.sample(probs)
+    env.step(sampler.actions)  # compile and warm up outside the checked region
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(10):
+            obs, reward, terminated, truncated, info = env.step(sampler.sample(probs))
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert obs.is_cuda and reward.is_cuda
+
+
+def test_same_seed_bit_identical_on_gpu():
+    runs = []
+    for _ in range(2):
+        env = make_tag(num_envs=8, backend="numba", seed=3, episode_length=20, num_taggers=5)
+        env.reset()
+        sampler = ActionSampler(env)
+        probs = torch.rand((8, env.num_agents, sum(env.action_nvec)),
+                           generator=torch.Generator().manual_seed(0)).to(env.device)
+        trace = []
+        for _ in range(50):
+            out = env.step(sampler.sample(probs))
+            trace.append(out[0].clone())
+        runs.append(torch.stack(trace))
+    assert torch.equal(runs[0], runs[1])
+
+
+def test_raw_kernel_on_gpu():
+    backend = get_backend("numba")
+    values = torch.arange(12, dtype=torch.float32, device=backend.device).reshape(3, 4)
+    means = torch.zeros(3, dtype=torch.float32, device=backend.device)
+    backend.raw_kernel(raw_mean_kernel)[3, 4](values, means)
+    torch.cuda.synchronize()
+    assert torch.allclose(means, values.mean(1))
+
+
+def test_block_size_limit_on_gpu():
+    with pytest.raises(BackendError, match="block-size limit"):
+        make_tag(num_envs=1, backend="numba", num_taggers=1, num_runners=1024)

@@ -8,6 +8,7 @@ from gpusim.errors import GpusimError
 # name -> "module:Class", imported on first use
 _REGISTRY = {
     "tag_continuous": "gpusim.envs.tag_continuous.env:TagContinuous",
+    "cartpole": "gpusim.envs.cartpole.env:CartPole",
 }
 
 

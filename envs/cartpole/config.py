@@ -1,0 +1,37 @@
+"""Configuration of cartpole (gymnasium CartPole-v1 constants; see the spec)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpusim.config import from_dict, load_yaml, require
+
+DEFAULT_YAML = Path(__file__).with_name("config.yaml")
+
+
+@dataclass(frozen=True)
+class CartPoleConfig:
+    gravity: float = 9.8
+    cart_mass: float = 1.0
+    pole_mass: float = 0.1
+    pole_half_length: float = 0.5
+    force_mag: float = 10.0
+    tau: float = 0.02
+    x_threshold: float = 2.4
+    theta_threshold_degrees: float = 12.0
+    max_episode_steps: int = 500
+    init_range: float = 0.05
+
+    def check(self):
+        for key in ("gravity", "cart_mass", "pole_mass", "pole_half_length", "tau",
+                    "x_threshold", "theta_threshold_degrees"):
+            require(getattr(self, key) > 0, key, "must be positive")
+        require(self.force_mag >= 0, "force_mag", "must be >= 0")
+        require(self.max_episode_steps >= 1, "max_episode_steps", "must be at least 1")
+        require(self.init_range >= 0, "init_range", "must be >= 0")
+
+    @classmethod
+    def load(cls, path=None, **overrides) -> "CartPoleConfig":
+        data = dict(load_yaml(path or DEFAULT_YAML).get("env") or {})
+        data.update(overrides)
+        return from_dict(cls, data, section="env")

@@ -1,0 +1,49 @@
+"""Checkpoints: atomic writes, `weights_only=True` loads, the latest one found by name."""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import torch
+
+from gpusim.errors import GpusimError
+
+PATTERN = re.compile(r"^checkpoint_(\d{6})\.pt$")
+KEEP = 3
+
+
+def save(directory: Path, iteration: int, payload: dict):
+    """Write checkpoint_<iteration>.pt atomically (temp file, fsync, rename); keep the last few."""
+    directory.mkdir(parents=True, exist_ok=True)
+    final = directory / f"checkpoint_{iteration:06d}.pt"
+    temp = directory / f".{final.name}.tmp"
+    with open(temp, "wb") as f:
+        torch.save(payload, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temp, final)
+    for old in list_checkpoints(directory)[:-KEEP]:
+        old.unlink()
+    return final
+
+
+def list_checkpoints(directory: Path) -> list:
+    if not directory.is_dir():
+        return []
+    found = [p for p in directory.iterdir() if PATTERN.match(p.name)]
+    return sorted(found, key=lambda p: int(PATTERN.match(p.name).group(1)))
+
+
+def load_latest(directory: Path) -> dict:
+    """The newest checkpoint that loads; a half-written or corrupt newest one is skipped."""
+    checkpoints = list_checkpoints(directory)
+    if not checkpoints:
+        raise GpusimError(f"no checkpoint found in {directory}")
+    errors = []
+    for path in reversed(checkpoints):
+        try:
+            return torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as exc:  # corrupt file: fall back to the previous one
+            errors.append(f"{path.name}: {type(exc).__name__}")
+    raise GpusimError(f"no loadable checkpoint in {directory} ({'; '.join(errors)})")

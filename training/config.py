@@ -1,0 +1,162 @@
+"""Run configuration: the `env`, `trainer` and `policy` sections of an env's config.yaml."""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from gpusim.backends import BACKEND_NAMES
+from gpusim.config import from_dict, load_yaml, require, to_dict
+from gpusim.errors import ConfigError
+
+ALGORITHMS = ("ppo", "a2c")
+ACTIVATIONS = ("tanh", "relu")
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    algorithm: str = "ppo"
+    backend: str = "auto"
+    num_envs: int = 64
+    rollout_len: int = 32
+    total_steps: int = 1_000_000   # env steps: iterations x num_envs x rollout_len
+    seed: int = 0
+    lr: float = 3e-4
+    anneal_lr: bool = False
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    update_epochs: int = 4
+    num_minibatches: int = 4
+    clip_coef: float = 0.2
+    clip_vloss: bool = True
+    vf_coef: float = 0.5
+    ent_coef: float = 0.01
+    max_grad_norm: float = 0.5
+    norm_adv: bool = True
+    checkpoint_every: int = 10     # iterations
+    target_return: float | None = None  # stop once every policy's mean return over the
+                                        # last 100 finished episodes reaches this
+    torch_threads: int = 0         # 0: torch's default
+
+    def check(self):
+        require(self.algorithm in ALGORITHMS, "trainer.algorithm", f"must be one of {ALGORITHMS}")
+        require(self.backend in BACKEND_NAMES, "trainer.backend", f"must be one of {BACKEND_NAMES}")
+        for key in ("num_envs", "rollout_len", "total_steps", "update_epochs",
+                    "num_minibatches", "checkpoint_every"):
+            require(getattr(self, key) >= 1, f"trainer.{key}", "must be at least 1")
+        require(self.seed >= 0, "trainer.seed", "must be >= 0")
+        require(self.lr > 0, "trainer.lr", "must be positive")
+        require(0 <= self.gamma <= 1, "trainer.gamma", "must lie in [0, 1]")
+        require(0 <= self.gae_lambda <= 1, "trainer.gae_lambda", "must lie in [0, 1]")
+        require(self.clip_coef > 0, "trainer.clip_coef", "must be positive")
+        for key in ("vf_coef", "ent_coef", "max_grad_norm", "torch_threads"):
+            require(getattr(self, key) >= 0, f"trainer.{key}", "must be >= 0")
+        require(self.num_minibatches <= self.num_envs * self.rollout_len, "trainer.num_minibatches",
+                "must not exceed num_envs x rollout_len")
+        if self.algorithm == "a2c":
+            require(self.update_epochs == 1 and self.num_minibatches == 1, "trainer.algorithm",
+                    "a2c takes one gradient step per rollout: set update_epochs and "
+                    "num_minibatches to 1")
+
+    @property
+    def steps_per_iteration(self) -> int:
+        return self.num_envs * self.rollout_len
+
+    @property
+    def num_iterations(self) -> int:
+        return max(1, self.total_steps // self.steps_per_iteration)
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    activation: str = "tanh"
+
+    def check(self):
+        require(len(self.hidden_sizes) >= 1 and all(h >= 1 for h in self.hidden_sizes),
+                "policy.hidden_sizes", "must be a non-empty list of positive sizes")
+        require(self.activation in ACTIVATIONS, "policy.activation",
+                f"must be one of {ACTIVATIONS}")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    env_name: str
+    env: object
+    trainer: TrainerConfig
+    policy: PolicyConfig
+
+    def to_dict(self) -> dict:
+        return {"env_name": self.env_name, "env": to_dict(self.env),
+                "trainer": to_dict(self.trainer), "policy": to_dict(self.policy)}
+
+    def dump(self, path: Path):
+        path.write_text(yaml.safe_dump(_plain(self.to_dict()), sort_keys=False))
+
+
+SECTIONS = ("env", "trainer", "policy")
+
+
+def load_run_config(env_name: str, env_class, path=None, overrides: dict | None = None,
+                    sets: list | None = None) -> RunConfig:
+    """Resolve a run's config: file (default: the env's config.yaml), then flags, then --set.
+
+    `overrides` maps "section.key" to values from the CLI flags; `sets` are
+    "section.key=value" strings. Unknown sections and keys are errors.
+    """
+    default_path = Path(inspect.getfile(env_class)).with_name("config.yaml")
+    if path is None and not default_path.is_file():
+        data = {}  # a user's env without a config.yaml: all defaults
+    else:
+        data = load_yaml(path or default_path)
+    data.pop("env_name", None)
+    for section in data:
+        if section not in SECTIONS:
+            raise ConfigError(f"unknown config section '{section}' (known: {', '.join(SECTIONS)})")
+    data = {s: dict(data.get(s) or {}) for s in SECTIONS}
+    for dotted, value in (overrides or {}).items():
+        _assign(data, dotted, value)
+    for item in sets or []:
+        key, sep, raw = item.partition("=")
+        if not sep or "." not in key:
+            raise ConfigError(f"--set expects section.key=value, got '{item}'")
+        _assign(data, key.strip(), parse_value(raw.strip()))
+    return RunConfig(env_name=env_name,
+                     env=from_dict(env_class.config_class, data["env"], section="env"),
+                     trainer=from_dict(TrainerConfig, data["trainer"], section="trainer"),
+                     policy=from_dict(PolicyConfig, data["policy"], section="policy"))
+
+
+def parse_value(raw: str):
+    """A --set value: int, float (3e-4 too), or any YAML scalar or list."""
+    for cast in (int, float):
+        try:
+            return cast(raw)
+        except ValueError:
+            pass
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError:
+        raise ConfigError(f"cannot parse value '{raw}'") from None
+
+
+def _assign(data: dict, dotted: str, value):
+    section, _, key = dotted.partition(".")
+    if section not in SECTIONS or not key:
+        raise ConfigError(f"unknown config key '{dotted}' (sections: {', '.join(SECTIONS)})")
+    data[section][key] = value
+
+
+def _plain(value):
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def replace(config: RunConfig, **trainer_fields) -> RunConfig:
+    return dataclasses.replace(config, trainer=dataclasses.replace(config.trainer, **trainer_fields))

@@ -1,0 +1,47 @@
+"""GAE and the PPO losses, as plain functions of tensors (tested against hand values)."""
+from __future__ import annotations
+
+import torch
+
+
+def gae(rewards, values, dones, next_value, gamma: float, lam: float):
+    """Generalised advantage estimates over a rollout.
+
+    rewards, values: (T, ...); dones: (T, ...) true where the episode ended
+    with step t (no bootstrap across it); next_value: (...) the value of the
+    observation after the last step. Returns (advantages, returns).
+    """
+    advantages = torch.zeros_like(rewards)
+    last = torch.zeros_like(next_value)
+    for t in reversed(range(rewards.shape[0])):
+        following = next_value if t == rewards.shape[0] - 1 else values[t + 1]
+        live = 1.0 - dones[t].to(rewards.dtype)
+        delta = rewards[t] + gamma * following * live - values[t]
+        last = delta + gamma * lam * live * last
+        advantages[t] = last
+    return advantages, advantages + values
+
+
+def policy_loss(new_log_prob, old_log_prob, advantages, clip_coef: float):
+    """PPO's clipped surrogate (to minimise), and the fraction of clipped ratios."""
+    ratio = torch.exp(new_log_prob - old_log_prob)
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)
+    clip_fraction = ((ratio - 1).abs() > clip_coef).float().mean()
+    return torch.max(unclipped, clipped).mean(), clip_fraction
+
+
+def value_loss(new_value, old_value, returns, clip_coef: float | None):
+    """Half the squared error, optionally with PPO's value clipping."""
+    unclipped = (new_value - returns) ** 2
+    if clip_coef is None:
+        return 0.5 * unclipped.mean()
+    clipped_value = old_value + torch.clamp(new_value - old_value, -clip_coef, clip_coef)
+    clipped = (clipped_value - returns) ** 2
+    return 0.5 * torch.max(unclipped, clipped).mean()
+
+
+def approx_kl(new_log_prob, old_log_prob):
+    """The low-variance KL estimator ((r - 1) - log r)."""
+    log_ratio = new_log_prob - old_log_prob
+    return ((log_ratio.exp() - 1) - log_ratio).mean()

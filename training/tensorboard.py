@@ -1,0 +1,151 @@
+"""A minimal TensorBoard event-file writer for scalars (no tensorboard dependency).
+
+An event file is a sequence of records: length (uint64), masked CRC-32C of
+the length, an `Event` protobuf, masked CRC-32C of the data. Only the few
+protobuf fields needed for scalar summaries are encoded here.
+"""
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from pathlib import Path
+
+
+def _crc32c_table():
+    table = []
+    for byte in range(256):
+        crc = byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+        table.append(crc)
+    return table
+
+
+_TABLE = _crc32c_table()
+
+
+def crc32c(data: bytes) -> int:
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc = _TABLE[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+def masked_crc(data: bytes) -> int:
+    crc = crc32c(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        bits = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(bits | 0x80)
+        else:
+            out.append(bits)
+            return bytes(out)
+
+
+def _field(number: int, wire_type: int, payload: bytes) -> bytes:
+    key = _varint((number << 3) | wire_type)
+    if wire_type == 2:  # length-delimited
+        return key + _varint(len(payload)) + payload
+    return key + payload
+
+
+def encode_event(wall_time: float, step: int, *, file_version: str | None = None,
+                 scalars: dict | None = None) -> bytes:
+    event = _field(1, 1, struct.pack("<d", wall_time)) + _field(2, 0, _varint(step))
+    if file_version is not None:
+        event += _field(3, 2, file_version.encode())
+    if scalars:
+        values = b"".join(
+            _field(1, 2, _field(1, 2, tag.encode()) + _field(2, 5, struct.pack("<f", value)))
+            for tag, value in scalars.items())
+        event += _field(5, 2, values)
+    return event
+
+
+def frame(data: bytes) -> bytes:
+    length = struct.pack("<Q", len(data))
+    return (length + struct.pack("<I", masked_crc(length)) + data
+            + struct.pack("<I", masked_crc(data)))
+
+
+class ScalarWriter:
+    """Appends scalar summaries to a new event file in `log_dir`."""
+
+    def __init__(self, log_dir: Path):
+        log_dir = Path(log_dir)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.gpusim"
+        self.path = log_dir / name
+        self._file = open(self.path, "ab")
+        self._file.write(frame(encode_event(time.time(), 0, file_version="brain.Event:2")))
+        self._file.flush()
+
+    def add_scalars(self, step: int, scalars: dict):
+        finite = {k: float(v) for k, v in scalars.items() if v is not None}
+        self._file.write(frame(encode_event(time.time(), step, scalars=finite)))
+        self._file.flush()
+
+    def close(self):
+        self._file.close()
+
+
+def read_scalars(path) -> list:
+    """Decode an event file written by ScalarWriter: [(step, {tag: value})] (for tests)."""
+    data = Path(path).read_bytes()
+    out, pos = [], 0
+    while pos < len(data):
+        (length,) = struct.unpack_from("<Q", data, pos)
+        (length_crc,) = struct.unpack_from("<I", data, pos + 8)
+        if length_crc != masked_crc(data[pos:pos + 8]):
+            raise ValueError("corrupt length CRC")
+        body = data[pos + 12:pos + 12 + length]
+        (body_crc,) = struct.unpack_from("<I", data, pos + 12 + length)
+        if body_crc != masked_crc(body):
+            raise ValueError("corrupt record CRC")
+        pos += 16 + length
+        fields = _parse(body)
+        step = fields.get(2, [0])[0]
+        scalars = {}
+        for summary in fields.get(5, []):
+            for value in _parse(summary).get(1, []):
+                v = _parse(value)
+                scalars[v[1][0].decode()] = struct.unpack("<f", v[2][0])[0]
+        if scalars:
+            out.append((step, scalars))
+    return out
+
+
+def _parse(buf: bytes) -> dict:
+    fields, pos = {}, 0
+    while pos < len(buf):
+        key, pos = _read_varint(buf, pos)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = _read_varint(buf, pos)
+        elif wire == 1:
+            value, pos = buf[pos:pos + 8], pos + 8
+        elif wire == 5:
+            value, pos = buf[pos:pos + 4], pos + 4
+        else:
+            length, pos = _read_varint(buf, pos)
+            value, pos = buf[pos:pos + length], pos + length
+        fields.setdefault(number, []).append(value)
+    return fields
+
+
+def _read_varint(buf, pos):
+    shift = value = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, pos

@@ -73,7 +73,7 @@ class DeviceArrays:
         if isinstance(value, np.ndarray):
             if not value.flags.c_contiguous:
                 raise ArrayError(f"array '{name}' must be contiguous")
-            value = torch.from_numpy(value)
+            value = torch.from_numpy(value) if value.flags.writeable else torch.tensor(value)
         if not isinstance(value, torch.Tensor):
             raise ArrayError(f"array '{name}' must be a torch tensor or numpy array, "
                              f"got {type(value).__name__}")

@@ -53,6 +53,21 @@ def from_dict(cls, data: dict | None, section: str = ""):
     return config
 
 
+class EnvConfig:
+    """Base of env config dataclasses: `load` reads the `env` section of a YAML file.
+
+    Subclasses set `default_yaml` (a ClassVar) to their shipped config.yaml.
+    """
+    default_yaml: typing.ClassVar[Path]
+
+    @classmethod
+    def load(cls, path=None, **overrides):
+        """The `env` section of `path` (default: the shipped file), then keyword overrides."""
+        data = dict(load_yaml(path or cls.default_yaml).get("env") or {})
+        data.update(overrides)
+        return from_dict(cls, data, section="env")
+
+
 def to_dict(config) -> dict:
     return dataclasses.asdict(config)
 

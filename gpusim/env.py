@@ -85,6 +85,9 @@ class Env:
     def initial_values(self) -> dict:
         return {}
 
+    def check_state(self, state: dict):
+        """Reject injected values the env cannot honour (raise ArrayError); default: none."""
+
     # ---- kernels -------------------------------------------------------------
     @classmethod
     def reset_kernel_spec(cls) -> KernelSpec:
@@ -165,6 +168,7 @@ class Env:
             if name not in allowed:
                 raise ArrayError(f"'{name}' is not a state array of {self.name} "
                                  f"(state arrays: {', '.join(sorted(allowed))})")
+        self.check_state(state)
         for name, value in state.items():
             self.arrays.write(name, value)
 

@@ -121,6 +121,14 @@ def test_set_state_rejects_bad_arrays(bad, message):
     assert message in str(err.value)
 
 
+def test_agent_types_are_fixed_by_the_config():
+    env = make_tag(num_envs=2, **SMALL)
+    state = env.get_state()
+    state["agent_type"][1, 5] = 1
+    with pytest.raises(ArrayError, match="must match the run's fixed tagger ids"):
+        env.set_state({"agent_type": state["agent_type"]})
+
+
 def test_out_of_range_actions_are_an_error_when_checked():
     env = make_tag(num_envs=2, **SMALL)
     env.reset()

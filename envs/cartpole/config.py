@@ -3,14 +3,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
-from gpusim.config import from_dict, load_yaml, require
+from gpusim.config import EnvConfig, require
 
 DEFAULT_YAML = Path(__file__).with_name("config.yaml")
 
 
 @dataclass(frozen=True)
-class CartPoleConfig:
+class CartPoleConfig(EnvConfig):
+    default_yaml: ClassVar[Path] = DEFAULT_YAML
+
     gravity: float = 9.8
     cart_mass: float = 1.0
     pole_mass: float = 0.1
@@ -29,9 +32,3 @@ class CartPoleConfig:
         require(self.force_mag >= 0, "force_mag", "must be >= 0")
         require(self.max_episode_steps >= 1, "max_episode_steps", "must be at least 1")
         require(self.init_range >= 0, "init_range", "must be >= 0")
-
-    @classmethod
-    def load(cls, path=None, **overrides) -> "CartPoleConfig":
-        data = dict(load_yaml(path or DEFAULT_YAML).get("env") or {})
-        data.update(overrides)
-        return from_dict(cls, data, section="env")

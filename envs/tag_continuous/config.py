@@ -3,14 +3,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
-from gpusim.config import from_dict, load_yaml, require
+from gpusim.config import EnvConfig, require
 
 DEFAULT_YAML = Path(__file__).with_name("config.yaml")
 
 
 @dataclass(frozen=True)
-class TagContinuousConfig:
+class TagContinuousConfig(EnvConfig):
+    default_yaml: ClassVar[Path] = DEFAULT_YAML
+
     num_taggers: int = 10
     num_runners: int = 100
     tagger_ids: tuple[int, ...] | None = None
@@ -71,10 +74,3 @@ class TagContinuousConfig:
             require(len(set(ids)) == len(ids), "tagger_ids", "must not repeat an id")
             require(all(0 <= i < self.num_agents for i in ids), "tagger_ids",
                     f"ids must lie in 0..{self.num_agents - 1}")
-
-    @classmethod
-    def load(cls, path=None, **overrides) -> "TagContinuousConfig":
-        """The `env` section of a YAML file (default: the shipped one), then overrides."""
-        data = dict(load_yaml(path or DEFAULT_YAML).get("env") or {})
-        data.update(overrides)
-        return from_dict(cls, data, section="env")

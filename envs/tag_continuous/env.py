@@ -13,6 +13,7 @@ import torch
 
 from gpusim import rng
 from gpusim.arrays import ArraySpec
+from gpusim.errors import ArrayError
 from gpusim.env import Env
 from gpusim.kernels import agent_phase, env_phase
 
@@ -278,9 +279,18 @@ class TagContinuous(Env):
                                           c.num_acceleration_levels),
                 "turn_table": action_table(c.min_turn, c.max_turn, c.num_turn_levels),
                 "is_tagger": is_tagger,
+                "agent_type": np.tile(is_tagger, (self.num_envs, 1)),
                 "tagger_ids": np.asarray(c.tagger_id_list, dtype=np.int32),
                 "nbr_idx": np.full((self.num_envs, c.num_agents, c.num_other_agents_observed),
                                    -1, dtype=np.int32)}
+
+    def check_state(self, state):
+        if "agent_type" in state:
+            given = torch.as_tensor(state["agent_type"]).to("cpu")
+            fixed = self.arrays["is_tagger"].to("cpu").expand(self.num_envs, -1)
+            if given.shape == fixed.shape and not torch.equal(given.to(fixed.dtype), fixed):
+                raise ArrayError("array 'agent_type' must match the run's fixed tagger ids "
+                                 f"{self.policies['tagger']} (config key tagger_ids)")
 
     def params(self):
         c, f32 = self.config, np.float32

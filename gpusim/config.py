@@ -8,6 +8,7 @@ A class may add a `check(self)` method for cross-field rules, raising
 from __future__ import annotations
 
 import dataclasses
+import types
 import typing
 from pathlib import Path
 
@@ -81,7 +82,7 @@ def require(ok: bool, key: str, message: str):
 def _coerce(key, hint, value):
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
-    if origin is typing.Union or origin is getattr(__import__("types"), "UnionType", None):
+    if origin is typing.Union or origin is types.UnionType:
         if value is None and type(None) in args:
             return None
         (hint,) = [a for a in args if a is not type(None)]

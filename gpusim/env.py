@@ -69,6 +69,7 @@ class Env:
         params = self.params()
         self._params = namedtuple_type(f"{type(self).__name__}Params", tuple(params))(**params)
         self._nvec = torch.tensor(self.action_nvec, dtype=torch.int32, device=self.device)
+        self._max_action = self._nvec - 1
         self._reset_kernel = self.backend.compile(self.reset_kernel_spec())
         self._step_kernel = self.backend.compile(self.step_kernel_spec())
 
@@ -199,7 +200,7 @@ class Env:
                     f"component {c} takes 0..{self.action_nvec[c] - 1}")
         else:
             torch.clamp_(buffer, min=0)
-            torch.minimum(buffer, self._nvec - 1, out=buffer)
+            torch.minimum(buffer, self._max_action, out=buffer)
 
     def __repr__(self):
         return (f"<{type(self).__name__} num_envs={self.num_envs} num_agents={self.num_agents} "

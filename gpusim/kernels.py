@@ -81,7 +81,7 @@ def cuda_source(spec: KernelSpec) -> tuple[str, dict]:
         if section.guard is not None:
             # The guard is uniform over the block, so barriers inside it are safe.
             lines.append(f"    run{k} = guard{k}(env, s, p)")
-            lines.append(f"    cuda.syncthreads()")
+            lines.append("    cuda.syncthreads()")
             lines.append(f"    if run{k}:")
             pad = "        "
         for j, phase in enumerate(section.phases):

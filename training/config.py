@@ -1,7 +1,6 @@
 """Run configuration: the `env`, `trainer` and `policy` sections of an env's config.yaml."""
 from __future__ import annotations
 
-import dataclasses
 import inspect
 from dataclasses import dataclass
 from pathlib import Path
@@ -157,6 +156,3 @@ def _plain(value):
         return [_plain(v) for v in value]
     return value
 
-
-def replace(config: RunConfig, **trainer_fields) -> RunConfig:
-    return dataclasses.replace(config, trainer=dataclasses.replace(config.trainer, **trainer_fields))

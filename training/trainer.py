@@ -148,7 +148,8 @@ class Trainer:
             advantages, returns = losses.gae(buf.rewards[:, :, group.agents],
                                              buf.values[:, :, group.agents], dones, next_value,
                                              t_cfg.gamma, t_cfg.gae_lambda)
-        flat = lambda x: x.reshape((-1,) + x.shape[3:])  # noqa: E731  (T, E, n, ...) -> (B, ...)
+        def flat(x):  # (T, E, n, ...) -> (T * E * n, ...)
+            return x.reshape((-1,) + x.shape[3:])
         b_obs = flat(buf.obs[:, :, group.agents])
         b_actions = flat(buf.actions[:, :, group.agents])
         b_log_probs = flat(buf.log_probs[:, :, group.agents])

@@ -33,6 +33,8 @@ def test_wheel_holds_nothing_generic_at_top_level(tmp_path):
     assert tops == {"gpusim", next(t for t in tops if t.endswith(".dist-info"))}
     assert "gpusim/envs/tag_continuous/config.yaml" in names
     assert "gpusim/envs/tag_continuous/reference.py" in names
+    assert "gpusim/envs/cartpole/config.yaml" in names
+    assert "gpusim/training/trainer.py" in names
 
 
 def test_readme_example_runs():

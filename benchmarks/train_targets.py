@@ -115,10 +115,9 @@ def train_tag(results_dir, extra):
 
 
 def run_tag(run_dir, episodes):
-    from gpusim.training.evaluate import episode_returns, load_policies, load_run_config_from
-    from gpusim.registry import env_class
-    config = load_run_config_from(run_dir)
-    cls = env_class(config.env_name)
+    from gpusim.training.config import load_run_dir_config
+    from gpusim.training.evaluate import episode_returns, load_policies
+    cls, config = load_run_dir_config(run_dir)
     env = cls(num_envs=config.trainer.num_envs, backend=config.trainer.backend, seed=12345,
               config=config.env)
     per_tag = config.env.tag_reward_for_tagger / config.env.num_taggers

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 from gpusim.backends import BACKEND_NAMES
-from gpusim.config import load_yaml
 from gpusim.errors import GpusimError
 from gpusim.registry import env_class
 
@@ -40,7 +39,7 @@ def parse_args(argv=None):
 
 def resolve(args):
     """(env class, run config, run dir, checkpoint state or None) from the arguments."""
-    from gpusim.training.config import load_run_config
+    from gpusim.training.config import load_run_config, load_run_dir_config
 
     overrides = {key: getattr(args, flag) for flag, key in FLAG_KEYS.items()
                  if getattr(args, flag) is not None}
@@ -54,11 +53,7 @@ def resolve(args):
         if changed or args.set:
             raise GpusimError(f"--resume continues a run as configured; only --total_steps may "
                               f"change (got {', '.join(changed + ['--set'] * bool(args.set))})")
-        name = load_yaml(run_dir / "config.yaml").get("env_name")
-        if not name:
-            raise GpusimError(f"{run_dir / 'config.yaml'} names no env (env_name)")
-        cls = env_class(name)
-        config = load_run_config(name, cls, path=run_dir / "config.yaml", overrides=overrides)
+        cls, config = load_run_dir_config(run_dir, overrides)
         state = checkpoint.load_latest(run_dir / "checkpoints")
         return cls, config, run_dir, state
     if not args.env:

@@ -129,6 +129,19 @@ def load_run_config(env_name: str, env_class, path=None, overrides: dict | None 
                      policy=from_dict(PolicyConfig, data["policy"], section="policy"))
 
 
+def load_run_dir_config(run_dir, overrides: dict | None = None):
+    """(env class, RunConfig) of a run directory, from the config.yaml it saved."""
+    from gpusim.registry import env_class
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        raise ConfigError(f"{run_dir} is not a run directory (no config.yaml)")
+    name = load_yaml(path).get("env_name")
+    if not name:
+        raise ConfigError(f"{path} names no env (env_name)")
+    cls = env_class(name)
+    return cls, load_run_config(name, cls, path=path, overrides=overrides)
+
+
 def parse_value(raw: str):
     """A --set value: int, float (3e-4 too), or any YAML scalar or list."""
     for cast in (int, float):

@@ -6,17 +6,16 @@ from pathlib import Path
 import torch
 
 from gpusim import ActionSampler
-from gpusim.registry import env_class
 
 from . import checkpoint
-from .config import load_run_config
+from .config import load_run_dir_config
 from .models import ActorCritic
 
 
 def load_policies(run_dir, env):
     """The models of a run's latest checkpoint, one per policy, on the env's device."""
     state = checkpoint.load_latest(Path(run_dir) / "checkpoints")
-    config = load_run_config_from(run_dir)
+    _, config = load_run_dir_config(run_dir)
     models = {}
     for name in env.policies:
         model = ActorCritic(env.obs_dim, env.action_nvec, config.policy.hidden_sizes,
@@ -24,12 +23,6 @@ def load_policies(run_dir, env):
         model.load_state_dict(state["models"][name])
         models[name] = model.eval()
     return models
-
-
-def load_run_config_from(run_dir):
-    from gpusim.config import load_yaml
-    name = load_yaml(Path(run_dir) / "config.yaml")["env_name"]
-    return load_run_config(name, env_class(name), path=Path(run_dir) / "config.yaml")
 
 
 @torch.no_grad()

@@ -78,6 +78,7 @@ class Trainer:
         self.buffer = RolloutBuffer(env, t.rollout_len, len(self.groups))
         self.probs = torch.zeros((env.num_envs, env.num_agents, sum(env.action_nvec)),
                                  device=env.device)
+        self.bootstrap = torch.zeros((env.num_envs, env.num_agents), device=env.device)
         self.shuffle = torch.Generator().manual_seed(t.seed)
         self.timer = SectionTimer(env.device)
         self.logger = logger
@@ -114,11 +115,10 @@ class Trainer:
                 obs, reward, terminated, truncated, info = env.step(actions)
             with self.timer("forward"):
                 # Truncation is not failure: bootstrap the value of the final observation.
-                bootstrap = torch.zeros_like(reward)
                 for g in self.groups:
-                    bootstrap[:, g.agents] = g.model.value(info["final_obs"][:, g.agents])
+                    self.bootstrap[:, g.agents] = g.model.value(info["final_obs"][:, g.agents])
                 keep = truncated.unsqueeze(1).to(reward.dtype)
-                buf.rewards[t] = reward + t_cfg.gamma * bootstrap * keep
+                buf.rewards[t] = reward + t_cfg.gamma * self.bootstrap * keep
                 done = terminated | truncated
                 buf.dones[t] = done
                 self.episode_return += reward

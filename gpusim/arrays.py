@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import collections
+import hashlib
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,11 +37,33 @@ _tuple_types: dict = {}
 
 
 def namedtuple_type(kind: str, names: tuple):
-    """One namedtuple class per field list, so numba compiles a kernel once per layout."""
+    """One namedtuple class per field list, so numba compiles a kernel once per layout.
+
+    The class is a global of this module under a name derived from its fields,
+    so it pickles by reference: numba's on-disk cache keys kernels by argument
+    types, and a class pickled by value would never match in the next process.
+    """
     key = (kind, names)
     if key not in _tuple_types:
-        _tuple_types[key] = collections.namedtuple(kind, names)
+        digest = hashlib.sha256(repr(key).encode()).hexdigest()[:12]
+        cls = collections.namedtuple(f"{kind}_{digest}", names, module=__name__)
+        globals()[cls.__name__] = cls
+        _tuple_types[key] = cls
     return _tuple_types[key]
+
+
+def __getattr__(name):
+    """A stand-in for a layout class another process built, so a numba cache index loads.
+
+    A kernel's on-disk cache index lists every layout it was compiled for
+    (another env may share the same phases); unpickling it needs all their
+    classes. Entries naming a stand-in never match this process's layouts.
+    """
+    if re.fullmatch(r"[A-Za-z]\w*_[0-9a-f]{12}", name):
+        cls = collections.namedtuple(name, (), module=__name__)
+        globals()[name] = cls
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class DeviceArrays:

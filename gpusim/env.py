@@ -44,6 +44,10 @@ class Env:
     config_class = None
     reset_phases: tuple = ()
     step_phases: tuple = ()
+    # Optional CUDA C kernels for the pycuda backend, as "file.cu:function"
+    # (see docs/custom_env.md); the step kernel includes the auto-reset.
+    cuda_c_reset: str | None = None
+    cuda_c_step: str | None = None
 
     # set by setup()
     num_agents: int
@@ -52,7 +56,7 @@ class Env:
     policies: dict
 
     def __init__(self, num_envs: int, backend: str | Backend = "auto", seed: int = 0,
-                 config=None, check_actions: bool | None = None):
+                 config=None, check_actions: bool | None = None, env_offset: int = 0):
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
             raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
         self.config = config if config is not None else self.config_class.load()
@@ -61,17 +65,22 @@ class Env:
         self.backend.check_num_agents(self.num_agents)
         self.num_envs = num_envs
         self.seed = int(seed)
+        # Replica e draws from stream (seed, env_offset + e): ranks of a multi-process
+        # run pass disjoint offsets, so no two replicas anywhere start alike.
+        self.env_offset = int(env_offset)
         self.check_actions = self.device.type == "cpu" if check_actions is None else check_actions
         self.arrays = DeviceArrays(self._all_specs(), num_envs, self.num_agents, self.backend)
         for name, value in self.initial_values().items():
             self.arrays.write(name, value)
-        self.arrays["rng_state"].copy_(rng.seed_streams(num_envs, self.num_agents, self.seed))
+        self.arrays["rng_state"].copy_(rng.seed_streams(num_envs, self.num_agents, self.seed,
+                                                         self.env_offset))
         params = self.params()
-        self._params = namedtuple_type(f"{type(self).__name__}Params", tuple(params))(**params)
+        self._params = namedtuple_type("Params", tuple(params))(**params)
         self._nvec = torch.tensor(self.action_nvec, dtype=torch.int32, device=self.device)
         self._max_action = self._nvec - 1
-        self._reset_kernel = self.backend.compile(self.reset_kernel_spec())
-        self._step_kernel = self.backend.compile(self.step_kernel_spec())
+        views = self.arrays.views
+        self._reset_kernel = self.backend.compile(self.reset_kernel_spec(), views, self._params)
+        self._step_kernel = self.backend.compile(self.step_kernel_spec(), views, self._params)
 
     # ---- what a subclass provides --------------------------------------------
     def setup(self, config):
@@ -92,13 +101,14 @@ class Env:
     # ---- kernels -------------------------------------------------------------
     @classmethod
     def reset_kernel_spec(cls) -> KernelSpec:
-        return KernelSpec.of(f"{cls.name}.reset", *cls.reset_phases)
+        return KernelSpec.of(f"{cls.name}.reset", *cls.reset_phases, cuda_c=cls.cuda_c_reset)
 
     @classmethod
     def step_kernel_spec(cls) -> KernelSpec:
         auto_reset = Section((agent_phase(save_final_obs),) + tuple(cls.reset_phases),
                              guard=replica_done)
-        return KernelSpec.of(f"{cls.name}.step", *cls.step_phases, auto_reset)
+        return KernelSpec.of(f"{cls.name}.step", *cls.step_phases, auto_reset,
+                             cuda_c=cls.cuda_c_step)
 
     def _all_specs(self) -> dict:
         n_act = len(self.action_nvec)
@@ -136,7 +146,7 @@ class Env:
         if seed is not None:
             self.seed = int(seed)
             self.arrays["rng_state"].copy_(rng.seed_streams(self.num_envs, self.num_agents,
-                                                            self.seed, device="cpu"))
+                                                            self.seed, self.env_offset))
         for name in ("terminated", "truncated", "reset_mask"):
             self.arrays[name].zero_()
         self._launch(self._reset_kernel)

@@ -40,12 +40,18 @@ class Section:
 
 @dataclass(frozen=True)
 class KernelSpec:
-    """What a kernel does: its sections in order. Hashable, so compiled kernels are cached."""
+    """What a kernel does: its sections in order. Hashable, so compiled kernels are cached.
+
+    `cuda_c` optionally names a hand-written CUDA C kernel with the same
+    semantics, as "file.cu:function" (a file of the `gpusim.cuda_kernels`
+    package); the `pycuda` backend runs that instead of the phases.
+    """
     name: str
     sections: tuple
+    cuda_c: str | None = None
 
     @classmethod
-    def of(cls, name, *parts):
+    def of(cls, name, *parts, cuda_c: str | None = None):
         """Build from phases and sections; bare phases form unguarded sections."""
         sections, run = [], []
         for part in parts:
@@ -58,7 +64,7 @@ class KernelSpec:
                 run.append(part if isinstance(part, Phase) else agent_phase(part))
         if run:
             sections.append(Section(tuple(run)))
-        return cls(name, tuple(sections))
+        return cls(name, tuple(sections), cuda_c)
 
 
 def _callables(spec: KernelSpec) -> dict:

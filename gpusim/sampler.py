@@ -48,7 +48,8 @@ def sample_agent(env, agent, s, p):
         s.actions[env, agent, c] = choice
 
 
-SAMPLE_SPEC = KernelSpec.of("sample_actions", agent_phase(sample_agent))
+SAMPLE_SPEC = KernelSpec.of("sample_actions", agent_phase(sample_agent),
+                            cuda_c="sampler.cu:sample_actions")
 
 
 class ActionSampler:
@@ -69,18 +70,24 @@ class ActionSampler:
         self.width = int(nvec.sum())
         self.actions = torch.zeros((env.num_envs, env.num_agents, len(nvec)),
                                    dtype=torch.int32, device=env.device)
-        self._kernel = self.backend.compile(SAMPLE_SPEC)
         self._fixed = [self.backend.view(t) for t in
                        (env.rng_state, self.actions, self._nvec, self._offsets)]
         self._arrays_type = namedtuple_type("SamplerArrays",
                                             ("rng_state", "actions", "nvec", "offsets", "probs"))
-        self._params_type = namedtuple_type("SamplerParams", ("argmax",))
+        # The sizes ride along as parameters for the CUDA C kernel, which gets bare pointers.
+        self._params_type = namedtuple_type("SamplerParams", ("argmax", "num_components", "width"))
+        self._sizes = (np.int32(len(nvec)), np.int32(self.width))
+        # Compile for the argument types now (a tiny probs tensor has the same type).
+        example_probs = torch.zeros((1, 1, self.width), device=env.device)
+        self._kernel = self.backend.compile(
+            SAMPLE_SPEC, self._arrays_type(*self._fixed, self.backend.view(example_probs)),
+            self._params_type(np.bool_(False), *self._sizes))
         self._last = (None, None)  # (probs tensor, its arrays tuple): reuse views
 
     def sample(self, probs: torch.Tensor, argmax: bool = False) -> torch.Tensor:
         arrays = self._arrays_for(probs)
         self._kernel(self.env.num_envs, self.env.num_agents, arrays,
-                     self._params_type(np.bool_(argmax)))
+                     self._params_type(np.bool_(argmax), *self._sizes))
         return self.actions
 
     def _arrays_for(self, probs):

@@ -29,7 +29,7 @@ def cartpole_config(**trainer):
 def test_tiny_ppo_run_improves_on_cartpole():
     trainer = Trainer(cartpole_config(total_steps=40_000), CARTPOLE)
     trainer.collect()
-    start = sum(trainer.recent["agent"]) / len(trainer.recent["agent"])
+    start = sum(trainer.finished["agent"]) / len(trainer.finished["agent"])
     trainer.iteration = 0
     summary = trainer.train()
     assert start < 40  # a random policy balances ~20 steps

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import yaml
 
+from gpusim.autoscale import parse_size
 from gpusim.backends import BACKEND_NAMES
+from gpusim.cache import atomic_write
 from gpusim.config import from_dict, load_yaml, require, to_dict
-from gpusim.errors import ConfigError
+from gpusim.errors import ConfigError, GpusimError
 
 ALGORITHMS = ("ppo", "a2c")
 ACTIVATIONS = ("tanh", "relu")
@@ -64,10 +66,6 @@ class TrainerConfig:
     def steps_per_iteration(self) -> int:
         return self.num_envs * self.rollout_len
 
-    @property
-    def num_iterations(self) -> int:
-        return max(1, self.total_steps // self.steps_per_iteration)
-
 
 @dataclass(frozen=True)
 class PolicyConfig:
@@ -82,21 +80,58 @@ class PolicyConfig:
 
 
 @dataclass(frozen=True)
+class ScaleConfig:
+    """Multi-process runs and `--auto_scale` (see gpusim.autoscale)."""
+    memory_budget: str | None = None  # e.g. "2GiB" per process; default below
+    cpu_memory_fraction: float = 0.5  # default CPU budget: this share of free RAM
+    headroom: float = 0.1            # share of the budget no trial may use
+    env_share: float = 0.25          # share the replica search may fill; the rest is
+                                     # left for the training batch of the second search
+    max_num_envs: int = 65536
+    max_rollout_len: int = 1024
+    env_trial_steps: int = 5         # steps after reset in a replica-count trial
+    time_limit_s: float = 600.0      # per search: no new trial starts after this
+    timeout_s: float = 600.0         # how long ranks wait for each other (compiles, rendezvous)
+
+    def check(self):
+        if self.memory_budget is not None:
+            try:
+                parse_size(self.memory_budget)
+            except GpusimError as exc:
+                raise ConfigError(f"config key 'scale.memory_budget': {exc}") from None
+        require(0 < self.cpu_memory_fraction <= 1, "scale.cpu_memory_fraction",
+                "must lie in (0, 1]")
+        require(0 <= self.headroom < 1, "scale.headroom", "must lie in [0, 1)")
+        require(0 < self.env_share <= 1, "scale.env_share", "must lie in (0, 1]")
+        for key in ("max_num_envs", "max_rollout_len", "env_trial_steps"):
+            require(getattr(self, key) >= 1, f"scale.{key}", "must be at least 1")
+        for key in ("time_limit_s", "timeout_s"):
+            require(getattr(self, key) > 0, f"scale.{key}", "must be positive")
+
+
+@dataclass(frozen=True)
 class RunConfig:
     env_name: str
     env: object
     trainer: TrainerConfig
     policy: PolicyConfig
+    scale: ScaleConfig = ScaleConfig()
+    # what --auto_scale found (picks, trials, throughput): saved, never read back
+    auto_scale_report: dict | None = None
 
     def to_dict(self) -> dict:
-        return {"env_name": self.env_name, "env": to_dict(self.env),
-                "trainer": to_dict(self.trainer), "policy": to_dict(self.policy)}
+        out = {"env_name": self.env_name, "env": to_dict(self.env),
+               "trainer": to_dict(self.trainer), "policy": to_dict(self.policy),
+               "scale": to_dict(self.scale)}
+        if self.auto_scale_report is not None:
+            out["auto_scale_report"] = self.auto_scale_report
+        return out
 
     def dump(self, path: Path):
-        path.write_text(yaml.safe_dump(_plain(self.to_dict()), sort_keys=False))
+        atomic_write(path, yaml.safe_dump(_plain(self.to_dict()), sort_keys=False))
 
 
-SECTIONS = ("env", "trainer", "policy")
+SECTIONS = ("env", "trainer", "policy", "scale")
 
 
 def load_run_config(env_name: str, env_class, path=None, overrides: dict | None = None,
@@ -112,6 +147,7 @@ def load_run_config(env_name: str, env_class, path=None, overrides: dict | None 
     else:
         data = load_yaml(path or default_path)
     data.pop("env_name", None)
+    data.pop("auto_scale_report", None)  # a record of a past search, not a setting
     for section in data:
         if section not in SECTIONS:
             raise ConfigError(f"unknown config section '{section}' (known: {', '.join(SECTIONS)})")
@@ -126,7 +162,8 @@ def load_run_config(env_name: str, env_class, path=None, overrides: dict | None 
     return RunConfig(env_name=env_name,
                      env=from_dict(env_class.config_class, data["env"], section="env"),
                      trainer=from_dict(TrainerConfig, data["trainer"], section="trainer"),
-                     policy=from_dict(PolicyConfig, data["policy"], section="policy"))
+                     policy=from_dict(PolicyConfig, data["policy"], section="policy"),
+                     scale=from_dict(ScaleConfig, data["scale"], section="scale"))
 
 
 def load_run_dir_config(run_dir, overrides: dict | None = None):

@@ -5,6 +5,12 @@ Read top to bottom: `Trainer.train` alternates `collect` (a rollout of
 device, no host sync per step) and `update` (per policy: GAE, then epochs of
 shuffled minibatches of the clipped PPO loss). Each policy in `env.policies`
 has its own model and optimizer, shared by all of its agents.
+
+With several processes (`distributed=True`) each rank steps its own
+replicas (replica ids offset by rank, so their RNG streams differ), the
+models are wrapped in DistributedDataParallel so gradients are averaged,
+and finished episodes and loss statistics are shared once per iteration,
+so every rank logs the same metrics and stops at the same iteration.
 """
 from __future__ import annotations
 
@@ -15,6 +21,8 @@ from dataclasses import dataclass
 import torch
 
 from gpusim import ActionSampler
+from gpusim.errors import GpusimError
+from gpusim import distributed as dist
 from . import losses
 from .config import RunConfig
 from .models import ActorCritic
@@ -31,6 +39,7 @@ class PolicyGroup:
     num_agents: int
     model: ActorCritic
     optimizer: torch.optim.Optimizer
+    train_model: torch.nn.Module  # the model, or its DistributedDataParallel wrapper
 
 
 def agent_index(ids, device):
@@ -58,14 +67,18 @@ class RolloutBuffer:
 
 
 class Trainer:
-    def __init__(self, config: RunConfig, env_class, logger=None):
+    def __init__(self, config: RunConfig, env_class, logger=None, backend=None,
+                 distributed: bool = False):
         self.config = config
         t = config.trainer
         if t.torch_threads:
             torch.set_num_threads(t.torch_threads)
         torch.manual_seed(t.seed)
-        self.env = env_class(num_envs=t.num_envs, backend=t.backend, seed=t.seed,
-                             config=config.env)
+        self.distributed = distributed and dist.world_size() > 1
+        self.rank = dist.rank() if self.distributed else 0
+        self.world_size = dist.world_size() if self.distributed else 1
+        self.env = env_class(num_envs=t.num_envs, backend=backend or t.backend, seed=t.seed,
+                             config=config.env, env_offset=self.rank * t.num_envs)
         env = self.env
         self.sampler = ActionSampler(env)
         self.groups = []
@@ -74,7 +87,7 @@ class Trainer:
                                 config.policy.activation).to(env.device)
             optimizer = torch.optim.Adam(model.parameters(), lr=t.lr, eps=1e-5)
             self.groups.append(PolicyGroup(name, agent_index(ids, env.device), len(ids),
-                                           model, optimizer))
+                                           model, optimizer, self._wrap(model)))
         self.buffer = RolloutBuffer(env, t.rollout_len, len(self.groups))
         self.probs = torch.zeros((env.num_envs, env.num_agents, sum(env.action_nvec)),
                                  device=env.device)
@@ -82,6 +95,8 @@ class Trainer:
         self.shuffle = torch.Generator().manual_seed(t.seed)
         self.timer = SectionTimer(env.device)
         self.logger = logger
+        self.steps_per_iteration = t.steps_per_iteration * self.world_size  # all ranks
+        self.num_iterations = max(1, t.total_steps // self.steps_per_iteration)
         # running state, all saved in checkpoints
         self.iteration = 0
         self.env_steps = 0
@@ -90,6 +105,15 @@ class Trainer:
         self.episode_return = torch.zeros((env.num_envs, env.num_agents), device=env.device)
         self.recent = {g.name: collections.deque(maxlen=RECENT_EPISODES) for g in self.groups}
         self.episodes = 0
+        self.finished = {}
+
+    def _wrap(self, model):
+        if not self.distributed:
+            return model
+        from torch.nn.parallel import DistributedDataParallel
+        device = self.env.device
+        device_ids = [device.index] if device.type == "cuda" else None
+        return DistributedDataParallel(model, device_ids=device_ids)  # copies rank 0's weights
 
     # ---- rollout -------------------------------------------------------------------
     @torch.no_grad()
@@ -126,15 +150,24 @@ class Trainer:
                     buf.episode_returns[t, k] = self.episode_return[:, g.agents].mean(1)
                 self.episode_return *= (~done).unsqueeze(1).to(reward.dtype)
                 self.next_obs.copy_(obs)
-        self._record_episodes()
+        self.finished = self._finished_episodes()
 
-    def _record_episodes(self):
-        """One host read per iteration: returns of the episodes that just ended."""
+    def _finished_episodes(self) -> dict:
+        """One host read per iteration: per policy, returns of the episodes that just ended."""
         dones = self.buffer.dones.cpu()
-        self.episodes += int(dones.sum())
         returns = self.buffer.episode_returns.cpu()
-        for k, g in enumerate(self.groups):
-            self.recent[g.name].extend(returns[:, k][dones].tolist())
+        return {g.name: returns[:, k][dones].tolist() for k, g in enumerate(self.groups)}
+
+    def _share(self, group_stats: dict) -> dict:
+        """Pool every rank's finished episodes (in rank order) and average the loss stats."""
+        parts = dist.all_gather((self.finished, group_stats)) if self.distributed \
+            else [(self.finished, group_stats)]
+        for finished, _ in parts:
+            for name, returns in finished.items():
+                self.recent[name].extend(returns)
+            self.episodes += len(next(iter(finished.values()), []))
+        return {name: {key: sum(p[1][name][key] for p in parts) / len(parts) for key in stats}
+                for name, stats in group_stats.items()}
 
     # ---- update --------------------------------------------------------------------
     def update(self, group: PolicyGroup, lr: float) -> dict:
@@ -162,7 +195,7 @@ class Trainer:
             order = torch.randperm(batch, generator=self.shuffle).to(b_obs.device)
             for start in range(0, minibatch * t_cfg.num_minibatches, minibatch):
                 idx = order[start:start + minibatch]
-                new_log_prob, entropy, new_value = model.evaluate(b_obs[idx], b_actions[idx])
+                new_log_prob, entropy, new_value = group.train_model(b_obs[idx], b_actions[idx])
                 adv = b_adv[idx]
                 if t_cfg.norm_adv and adv.numel() > 1:
                     adv = (adv - adv.mean()) / (adv.std() + 1e-8)
@@ -186,7 +219,7 @@ class Trainer:
     # ---- the loop --------------------------------------------------------------------
     def train(self):
         t_cfg = self.config.trainer
-        total = t_cfg.num_iterations
+        total = self.num_iterations
         while self.iteration < total:
             start = time.perf_counter()
             self.timer.reset()
@@ -194,17 +227,19 @@ class Trainer:
             lr = t_cfg.lr * (1 - self.iteration / total) if t_cfg.anneal_lr else t_cfg.lr
             with self.timer("update"):
                 group_stats = {g.name: self.update(g, lr) for g in self.groups}
+            group_stats = self._share(group_stats)
             seconds = time.perf_counter() - start
             self.iteration += 1
-            self.env_steps += t_cfg.steps_per_iteration
+            self.env_steps += self.steps_per_iteration
             self.elapsed_s += seconds
             metrics = self.metrics(group_stats, seconds, lr)
-            solved = self.solved()
+            solved = self.solved()  # the same on every rank: episodes are pooled
             if self.logger is not None:
                 self.logger.log(metrics)
-                if (self.iteration % t_cfg.checkpoint_every == 0 or self.iteration == total
-                        or solved):
-                    self.logger.checkpoint(self.iteration, self.state_dict())
+            if self.iteration % t_cfg.checkpoint_every == 0 or self.iteration == total or solved:
+                state = self.state_dict()  # collective: every rank takes part
+                if self.logger is not None:
+                    self.logger.checkpoint(self.iteration, state)
             if solved:
                 break
         return self.summary()
@@ -217,11 +252,11 @@ class Trainer:
             for g in self.groups)
 
     def metrics(self, group_stats: dict, seconds: float, lr: float) -> dict:
-        steps = self.config.trainer.steps_per_iteration
+        steps = self.steps_per_iteration
         times = self.timer.totals()
         m = {"iteration": self.iteration, "env_steps": self.env_steps,
              "time_s": round(self.elapsed_s, 4), "env_steps_per_s": steps / seconds,
-             "episodes": self.episodes, "lr": lr}
+             "episodes": self.episodes, "lr": lr, "num_processes": self.world_size}
         for name, stats in group_stats.items():
             m[f"episode_return/{name}"] = self.recent_return(name)
             for key, value in stats.items():
@@ -240,7 +275,16 @@ class Trainer:
                 "episode_return": {g.name: self.recent_return(g.name) for g in self.groups}}
 
     # ---- checkpoints -------------------------------------------------------------------
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict | None:
+        """The whole run's state on rank 0 (each rank's replicas included); None elsewhere.
+
+        With several ranks this is a collective: every rank must call it.
+        """
+        own = {"env_state": {k: v.cpu() for k, v in self.env.get_state(include_rng=True).items()},
+               "next_obs": self.next_obs.cpu(), "episode_return": self.episode_return.cpu()}
+        ranks = dist.gather_to_main(own) if self.distributed else [own]
+        if self.rank != 0:
+            return None
         return {
             "iteration": self.iteration, "env_steps": self.env_steps,
             "elapsed_s": self.elapsed_s, "episodes": self.episodes,
@@ -249,12 +293,15 @@ class Trainer:
             "recent_returns": {k: list(v) for k, v in self.recent.items()},
             "shuffle_rng": self.shuffle.get_state(),
             "torch_rng": torch.get_rng_state(),
-            "env_state": {k: v.cpu() for k, v in self.env.get_state(include_rng=True).items()},
-            "next_obs": self.next_obs.cpu(),
-            "episode_return": self.episode_return.cpu(),
+            "ranks": ranks,
         }
 
     def load_state_dict(self, state: dict):
+        if len(state["ranks"]) != self.world_size:
+            raise GpusimError(f"the checkpoint holds {len(state['ranks'])} processes' "
+                              f"replicas; resume it with {len(state['ranks'])} processes, "
+                              f"not {self.world_size}")
+        own = state["ranks"][self.rank]
         self.iteration = state["iteration"]
         self.env_steps = state["env_steps"]
         self.elapsed_s = state["elapsed_s"]
@@ -265,6 +312,6 @@ class Trainer:
             self.recent[g.name].extend(state["recent_returns"][g.name])
         self.shuffle.set_state(state["shuffle_rng"])
         torch.set_rng_state(state["torch_rng"])
-        self.env.set_state(state["env_state"])
-        self.next_obs.copy_(state["next_obs"])
-        self.episode_return.copy_(state["episode_return"])
+        self.env.set_state(own["env_state"])
+        self.next_obs.copy_(own["next_obs"])
+        self.episode_return.copy_(own["episode_return"])

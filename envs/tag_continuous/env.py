@@ -243,6 +243,8 @@ class TagContinuous(Env):
     reset_phases = (agent_phase(spawn_agent), env_phase(start_clock), agent_phase(observe))
     step_phases = (agent_phase(move), env_phase(tick), agent_phase(observe),
                    agent_phase(tag_runners), agent_phase(score), env_phase(finish))
+    cuda_c_reset = "tag_continuous.cu:tag_continuous_reset"
+    cuda_c_step = "tag_continuous.cu:tag_continuous_step"
 
     def setup(self, config):
         c = config

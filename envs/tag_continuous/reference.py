@@ -254,3 +254,13 @@ def step(config, state, actions):
     obs = observe(config, pre_tag)
 
     return s, obs, reward, terminated, truncated
+
+
+def check_env_reference(config):
+    """This reference in `gpusim.check.check_env`'s protocol: `(state, actions) -> step(...)`.
+
+        check_env(env, reference=check_env_reference(env.config))
+    """
+    def reference(state, actions):
+        return step(config, state, actions)
+    return reference

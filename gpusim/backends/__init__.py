@@ -5,6 +5,7 @@ this layer branches on the backend name:
 - `cpu`: portable kernels compiled with numba `njit(parallel=True)`.
 - `numba`: numba CUDA kernels on an NVIDIA GPU.
 - `cudasim`: numba's CUDA simulator, running GPU kernel code on the CPU.
+- `pycuda`: hand-written CUDA C kernels (`cuda_kernels/`), compiled with nvcc.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import sys
 from gpusim.backends.base import Backend
 from gpusim.errors import BackendError
 
-BACKEND_NAMES = ("auto", "cpu", "numba", "cudasim")
+BACKEND_NAMES = ("auto", "cpu", "numba", "cudasim", "pycuda")
 
 
 def cuda_works() -> tuple[bool, str]:
@@ -45,6 +46,9 @@ def get_backend(name: str = "auto", device_index: int = 0, quiet: bool = False) 
     if name == "cudasim":
         from gpusim.backends.cudasim import CUDASimBackend
         return CUDASimBackend()
+    if name == "pycuda":  # raises one BackendError that says how to install it
+        from gpusim.backends.pycuda_backend import PyCUDABackend
+        return PyCUDABackend(device_index)
     ok, why = cuda_works()
     if not ok:
         raise BackendError(f"backend 'numba' needs a CUDA GPU: {why}; use --backend cpu")
@@ -52,4 +56,25 @@ def get_backend(name: str = "auto", device_index: int = 0, quiet: bool = False) 
     return NumbaCUDABackend(device_index)
 
 
-__all__ = ["Backend", "BACKEND_NAMES", "get_backend", "cuda_works"]
+def check_process_count(name: str, num_procs: int):
+    """Refuse to start `num_procs` processes (one per device) where the devices are missing.
+
+    GPU backends need that many GPUs; `cpu` and `cudasim` run any number of
+    CPU worker processes; `auto` without a GPU asks for an explicit choice.
+    """
+    if num_procs < 1:
+        raise BackendError(f"--num_gpus must be at least 1, got {num_procs}")
+    if name in ("cpu", "cudasim") or num_procs == 1:
+        return
+    ok, why = cuda_works()
+    if not ok:
+        raise BackendError(f"--num_gpus {num_procs} needs {num_procs} CUDA GPUs: {why}; "
+                           "for CPU worker processes add --backend cpu")
+    import torch
+    count = torch.cuda.device_count()
+    if num_procs > count:
+        raise BackendError(f"--num_gpus {num_procs} asks for more GPUs than this machine has "
+                           f"({count})")
+
+
+__all__ = ["Backend", "BACKEND_NAMES", "get_backend", "cuda_works", "check_process_count"]

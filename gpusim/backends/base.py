@@ -4,7 +4,8 @@ from __future__ import annotations
 import torch
 
 from gpusim import kernels
-from gpusim.errors import ArrayError, BackendError
+from gpusim.errors import ArrayError, BackendError, GpusimError
+from gpusim.messenger import current as current_messenger
 
 
 class Backend:
@@ -39,15 +40,52 @@ class Backend:
                 f"{num_agents} agents per replica exceed the {self.name} backend's "
                 f"block-size limit of {limit} threads; use fewer agents per replica")
 
-    def compile(self, spec: kernels.KernelSpec):
-        """A callable `launch(num_envs, num_agents, s, p)` for `spec`, compiled once per process."""
+    def compile(self, spec: kernels.KernelSpec, s=None, p=None):
+        """A callable `launch(num_envs, num_agents, s, p)` for `spec`, compiled once.
+
+        Once per process (kept in memory), and once per machine where the
+        backend caches on disk. In a multi-process run rank 0 compiles first
+        (for the types of the example arguments `s` and `p`, when given) and
+        the other ranks wait for it, then load its result from the cache.
+        """
         key = (type(self).__name__, spec)
         if key not in Backend._compiled:
-            Backend._compiled[key] = self._compile(spec)
+            def build():
+                try:
+                    launch = self._compile(spec)
+                    if s is not None and hasattr(launch, "precompile"):
+                        launch.precompile(s, p)
+                    return launch
+                except GpusimError:
+                    raise
+                except Exception as exc:
+                    raise BackendError(f"compiling kernel '{spec.name}' for the {self.name} "
+                                       f"backend failed: {type(exc).__name__}: {exc}") from None
+            messenger = current_messenger()
+            if messenger is None:
+                Backend._compiled[key] = build()
+            else:
+                Backend._compiled[key] = messenger.once(f"compile {self.name} {spec.name}", build)
         return Backend._compiled[key]
 
     def _compile(self, spec: kernels.KernelSpec):
         raise NotImplementedError
+
+    # ---- failures -------------------------------------------------------------
+    def is_resource_error(self, exc: BaseException) -> bool:
+        """Whether `exc` means "too big for this device" (out of memory, launch resources).
+
+        Auto-scaling counts these as a failed trial and goes on; anything else aborts.
+        """
+        if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
+            return True
+        text = str(exc).lower()
+        return isinstance(exc, RuntimeError) and any(
+            phrase in text for phrase in ("out of memory", "can't allocate memory",
+                                          "cannot allocate memory"))
+
+    def free_memory(self):
+        """Return cached allocations to the device after a failed trial."""
 
     # ---- raw kernels --------------------------------------------------------
     def raw_kernel(self, fn):

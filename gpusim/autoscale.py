@@ -1,0 +1,221 @@
+"""Auto-scaling: the largest size for which a trial fits the device.
+
+`largest_passing` is the search: bracket by doubling from 1, then bisect
+between the last pass and the first fail, so it needs about 2 log2(n)
+trials and returns the largest passing value (given that trials pass below
+some size and fail above it). `Searcher` runs real trials: it measures each
+one's peak memory, counts out-of-memory and launch-resource errors (and
+exceeding the memory limit) as failures, cleans up after each, and lets any
+other error abort the search with its message.
+"""
+from __future__ import annotations
+
+import ctypes
+import gc
+import re
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from gpusim.errors import GpusimError
+
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,
+          "gb": 10**9, "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
+          "tib": 2**40}
+
+
+def parse_size(text: str) -> int:
+    """Bytes from '2GiB', '512MiB', '1.5GB', '1000000'."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(text))
+    unit = match.group(2).lower() if match else None
+    if match is None or unit not in _UNITS:
+        raise GpusimError(f"cannot read memory size '{text}' (examples: 2GiB, 512MiB, 1.5GB)")
+    size = int(float(match.group(1)) * _UNITS[unit])
+    if size <= 0:
+        raise GpusimError(f"memory size must be positive, got '{text}'")
+    return size
+
+
+def format_size(num_bytes) -> str:
+    if num_bytes is None:
+        return "-"
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(num_bytes) >= scale:
+            return f"{num_bytes / scale:.2f} {unit}"
+    return f"{int(num_bytes)} B"
+
+
+@dataclass
+class Trial:
+    value: int
+    ok: bool
+    seconds: float
+    peak_bytes: int | None = None
+    note: str = ""
+    info: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["seconds"] = round(self.seconds, 3)
+        return out
+
+
+def largest_passing(trial, cap: int, time_limit_s: float | None = None):
+    """(largest value in [1, cap] with trial(value) true, or 0 if 1 fails; values tried).
+
+    `trial(value) -> bool`. Brackets by doubling, then bisects. Once
+    `time_limit_s` has passed no new trial starts and the largest pass so far
+    is returned. Exceptions from `trial` propagate.
+    """
+    if cap < 1:
+        raise GpusimError(f"search cap must be at least 1, got {cap}")
+    start = time.perf_counter()
+    tried = []
+
+    def passes(value):
+        tried.append(value)
+        return trial(value)
+
+    def out_of_time():
+        return time_limit_s is not None and time.perf_counter() - start > time_limit_s
+
+    if not passes(1):
+        return 0, tried
+    good, bad = 1, None
+    while bad is None and good < cap and not out_of_time():
+        value = min(2 * good, cap)
+        if passes(value):
+            good = value
+        else:
+            bad = value
+    while bad is not None and bad - good > 1 and not out_of_time():
+        value = (good + bad) // 2
+        if passes(value):
+            good = value
+        else:
+            bad = value
+    return good, tried
+
+
+# ---- measuring trials -------------------------------------------------------------
+def _trim_heap():
+    """Hand freed heap pages back to the OS (glibc), so RSS reflects live memory."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _status_kib(field_name: str) -> int:
+    with open("/proc/self/status") as f:
+        return int(re.search(rf"^{field_name}:\s+(\d+) kB", f.read(), re.MULTILINE).group(1))
+
+
+class MemoryProbe:
+    """Peak memory a block of work adds on a device: torch's allocator on CUDA, RSS on the CPU.
+
+    On the CPU the kernel's high-water mark of the resident set is reset
+    before each trial (Linux: /proc/self/clear_refs), so a transient peak
+    inside the trial (e.g. during the backward pass) is caught too.
+    """
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.base = 0
+        if device.type == "cpu":
+            try:
+                self._reset_cpu_peak()
+                _status_kib("VmHWM")
+            except (OSError, AttributeError):
+                raise GpusimError("measuring memory on the CPU needs Linux's /proc "
+                                  "(clear_refs and VmHWM); auto-scaling is not available "
+                                  "here on the cpu backend") from None
+
+    @staticmethod
+    def _reset_cpu_peak():
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+
+    def start(self):
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self.base = torch.cuda.memory_allocated(self.device)
+        else:
+            _trim_heap()
+            self._reset_cpu_peak()
+            self.base = _status_kib("VmRSS") * 1024
+
+    def peak(self) -> int:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            return torch.cuda.max_memory_allocated(self.device) - self.base
+        return _status_kib("VmHWM") * 1024 - self.base
+
+
+class Searcher:
+    """One search: runs `body(value)` as measured trials against a memory limit in bytes."""
+
+    def __init__(self, name: str, body, backend, limit_bytes: int, cap: int,
+                 time_limit_s: float | None = None, log=print):
+        self.name = name
+        self.body = body
+        self.backend = backend
+        self.limit = int(limit_bytes)
+        self.cap = cap
+        self.time_limit_s = time_limit_s
+        self.log = log
+        self.trials: list[Trial] = []
+        self.probe = MemoryProbe(backend.device)
+
+    def run(self) -> int:
+        self.body(1)  # warm-up, not measured: compiles kernels and starts thread pools
+        gc.collect()
+        self.backend.free_memory()
+        best, _ = largest_passing(self._trial, self.cap, self.time_limit_s)
+        return best
+
+    def _predicted(self, value: int) -> int | None:
+        """Peak bytes at `value`, extrapolated from the two largest passing trials."""
+        passed = sorted((t.value, t.peak_bytes) for t in self.trials if t.ok)
+        if len(passed) < 2 or passed[-1][0] >= value:
+            return None
+        (v0, p0), (v1, p1) = passed[-2:]
+        slope = max(0.0, (p1 - p0) / (v1 - v0))
+        return int(p1 + slope * (value - v1))
+
+    def _trial(self, value: int) -> bool:
+        start = time.perf_counter()
+        predicted = self._predicted(value)
+        if predicted is not None and predicted > 1.5 * self.limit:
+            # Far past the limit: do not risk the machine's memory to confirm it.
+            trial = Trial(value, False, 0.0, predicted,
+                          f"not run: predicted {format_size(predicted)}")
+        else:
+            trial = self._measure(value, start)
+        self.trials.append(trial)
+        verdict = "pass" if trial.ok else "fail"
+        self.log(f"  {self.name}={value:<7d} {verdict}  {trial.seconds:6.2f} s  "
+                 f"peak {format_size(trial.peak_bytes):>10}  {trial.note}".rstrip())
+        return trial.ok
+
+    def _measure(self, value: int, start: float) -> Trial:
+        self.probe.start()
+        try:
+            info = self.body(value) or {}
+            peak = self.probe.peak()
+        except Exception as exc:  # noqa: BLE001 - classified just below
+            if not self.backend.is_resource_error(exc):
+                raise
+            first_line = (str(exc).strip().splitlines() or [""])[0][:160]
+            return Trial(value, False, time.perf_counter() - start, None,
+                         f"{type(exc).__name__}: {first_line}")
+        finally:
+            gc.collect()
+            self.backend.free_memory()
+        ok = peak <= self.limit
+        note = "" if ok else f"over the limit of {format_size(self.limit)}"
+        return Trial(value, ok, time.perf_counter() - start, peak, note, info)

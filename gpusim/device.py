@@ -1,0 +1,107 @@
+"""DeviceContext: which process this is, the device it owns, and that device's memory.
+
+One process per device. The launcher (or torchrun) says which rank a process
+is through RANK, LOCAL_RANK, WORLD_SIZE and LOCAL_WORLD_SIZE; `bind` then
+ties the process to `cuda:LOCAL_RANK`, or on the CPU to its share of the
+cores, before anything else touches the device.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+import torch
+
+from gpusim.backends import Backend, get_backend
+from gpusim.errors import GpusimError
+
+RANK_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise GpusimError(f"environment variable {name} must be an integer, got '{raw}'") from None
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _meminfo_bytes(field: str) -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            match = re.search(rf"^{field}:\s+(\d+) kB", f.read(), re.MULTILINE)
+    except OSError:
+        match = None
+    if match is None:
+        raise GpusimError(f"cannot read {field} from /proc/meminfo; give --memory_budget")
+    return int(match.group(1)) * 1024
+
+
+@dataclass
+class DeviceContext:
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    local_world_size: int = 1
+    backend: Backend | None = None
+
+    @classmethod
+    def from_environment(cls) -> "DeviceContext":
+        """The rank variables set by gpusim's launcher or torchrun (a lone process by default)."""
+        world = _env_int("WORLD_SIZE", 1)
+        context = cls(rank=_env_int("RANK", 0), local_rank=_env_int("LOCAL_RANK", 0),
+                      world_size=world, local_world_size=_env_int("LOCAL_WORLD_SIZE", world))
+        if not (0 <= context.rank < world and 0 <= context.local_rank < context.local_world_size
+                <= world):
+            raise GpusimError(f"inconsistent rank variables: RANK={context.rank} "
+                              f"LOCAL_RANK={context.local_rank} WORLD_SIZE={world} "
+                              f"LOCAL_WORLD_SIZE={context.local_world_size}")
+        return context
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def device(self) -> torch.device:
+        if self.backend is None:
+            raise GpusimError("DeviceContext.bind() has not been called")
+        return self.backend.device
+
+    def bind(self, backend_name: str = "auto", quiet: bool = False) -> Backend:
+        """Bind this process to its device: `cuda:local_rank`, or its share of the CPU cores."""
+        self.backend = get_backend(backend_name, device_index=self.local_rank,
+                                   quiet=quiet or not self.is_main)
+        if self.backend.device.type == "cpu":
+            threads = max(1, usable_cores() // self.local_world_size)
+            torch.set_num_threads(threads)
+            import numba
+            numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+        return self.backend
+
+    # ---- memory --------------------------------------------------------------
+    def memory(self) -> tuple[int, int]:
+        """(free, total) bytes of this process's device: GPU memory, or RAM on the CPU."""
+        if self.device.type == "cuda":
+            return torch.cuda.mem_get_info(self.device)
+        return _meminfo_bytes("MemAvailable"), _meminfo_bytes("MemTotal")
+
+    def default_budget(self, cpu_fraction: float) -> int:
+        """Bytes a run may fill by default: free GPU memory, or a share of free RAM on the CPU.
+
+        Processes sharing a machine's RAM split the CPU budget between them.
+        """
+        free, _ = self.memory()
+        if self.device.type == "cuda":
+            return free
+        return int(free * cpu_fraction / self.local_world_size)

@@ -1,0 +1,214 @@
+"""Run gpusim's CUDA C kernels on the CPU, for tests: the host shim as a backend.
+
+`build_library` compiles a kernel file with g++ against `host_shim.h` into a
+shared library that exports, for every `extern "C" __global__` kernel K, a
+launcher `gpusim_host_launch_K(grid, block, <K's parameters>)`.
+`HostCBackend` is a `gpusim` backend on CPU tensors whose kernels are those
+launchers, so an env runs its CUDA C kernels exactly where the `pycuda`
+backend would run them on a GPU: same spec -> "file.cu:function" lookup,
+same argument convention and checks (gpusim.backends.pycuda_backend).
+"""
+from __future__ import annotations
+
+import ctypes
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from gpusim.backends.base import Backend
+from gpusim.backends.pycuda_backend import (TensorPointer, argument_format, kernel_dir,
+                                            kernel_signature, kernel_signatures, kernel_source,
+                                            split_cuda_c)
+
+SHIM_DIR = Path(__file__).resolve().parent
+GXX_FLAGS = ("-std=c++20", "-pthread", "-O1", "-fPIC", "-shared", "-ffp-contract=off",
+             "-Wall", "-Wextra", "-Wno-unused-parameter", "-Werror")
+
+_CTYPES = {"float": ctypes.c_float, "double": ctypes.c_double, "bool": ctypes.c_bool,
+           "signed char": ctypes.c_byte, "unsigned char": ctypes.c_ubyte,
+           "short": ctypes.c_short, "unsigned short": ctypes.c_ushort, "int": ctypes.c_int,
+           "unsigned int": ctypes.c_uint, "long long": ctypes.c_longlong,
+           "unsigned long long": ctypes.c_ulonglong}
+_PYTHON = {ctypes.c_float: float, ctypes.c_double: float, ctypes.c_bool: bool}
+
+
+def find_gxx() -> str | None:
+    return shutil.which("g++")
+
+
+def compiler_problem(build_dir: Path) -> str | None:
+    """Why the host shim cannot be built here (no g++, or no C++20 <barrier>), else None."""
+    gxx = find_gxx()
+    if gxx is None:
+        return "g++ was not found"
+    probe = Path(build_dir) / "probe.cpp"
+    probe.write_text('#include "host_shim.h"\nstatic void k() { __syncthreads(); }\n'
+                     'extern "C" int probe() { return gpusim_host::launch(1, 2, &k); }\n')
+    result = subprocess.run([gxx, *GXX_FLAGS, "-I", str(SHIM_DIR), "-o",
+                             str(probe.with_suffix(".so")), str(probe)],
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        return f"g++ cannot build the C++20 host shim:\n{result.stderr.strip()}"
+    return None
+
+
+def build_library(source: str, name: str, build_dir: Path, include_dir: Path | None = None):
+    """Compile kernel source text with the host shim; the loaded library (ctypes.CDLL).
+
+    Each kernel's launcher gets its `argtypes` from the C signature.
+    """
+    build_dir = Path(build_dir)
+    kernel_file = build_dir / name
+    kernel_file.write_text(source)
+    signatures = kernel_signatures(source)
+    lines = ['#include "host_shim.h"', f'#include "{name}"', ""]
+    for function, params in signatures.items():
+        declared = "".join(f", {p.ctype}{'*' if p.pointer else ''} {p.name}" for p in params)
+        passed = "".join(f", {p.name}" for p in params)
+        lines += [f'extern "C" int gpusim_host_launch_{function}(unsigned int grid, '
+                  f'unsigned int block{declared})',
+                  f"{{ return gpusim_host::launch(grid, block, &{function}{passed}); }}", ""]
+    wrapper = build_dir / f"{Path(name).stem}_host.cpp"
+    wrapper.write_text("\n".join(lines))
+    library = build_dir / f"lib{Path(name).stem}_host.so"
+    command = [find_gxx(), *GXX_FLAGS, "-I", str(SHIM_DIR), "-I", str(build_dir)]
+    if include_dir is not None:
+        command += ["-I", str(include_dir)]
+    command += ["-o", str(library), "-x", "c++", str(wrapper)]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"g++ could not build {name} with the host shim:\n"
+                           f"{result.stderr.strip()}")
+    lib = ctypes.CDLL(str(library))
+    for function, params in signatures.items():
+        entry = getattr(lib, f"gpusim_host_launch_{function}")
+        entry.argtypes = [ctypes.c_uint, ctypes.c_uint] + [
+            ctypes.c_void_p if p.pointer else _CTYPES[p.ctype] for p in params]
+        entry.restype = ctypes.c_int
+    return lib
+
+
+def call(lib, function: str, grid: int, block: int, *args):
+    """Launch `function` of a host library; raise if its threads passed different barriers."""
+    entry = getattr(lib, f"gpusim_host_launch_{function}")
+    converted = [_PYTHON.get(kind, int)(value) for kind, value in zip(entry.argtypes[2:], args)]
+    failed = entry(grid, block, *converted)
+    if failed:
+        raise AssertionError(f"{function}: the threads of block {failed - 1} passed different "
+                             "numbers of __syncthreads() (a barrier in divergent code)")
+
+
+def race_check(source: str, name: str, launches, grid: int, block: int, build_dir: Path,
+               include_dir: Path | None = None, repeats: int = 1) -> str:
+    """Run kernels under ThreadSanitizer on copies of their arguments; its reports ("" if none).
+
+    `launches` lists (function, arrays, scalars): numpy arrays for the
+    kernel's pointers and numpy scalars for the rest, in its parameter order.
+    Each runs `repeats` times, in order, in one standalone program built with
+    -fsanitize=thread, where the std::barrier behind __syncthreads() is the
+    only synchronisation between threads: two threads touching one element
+    between two barriers, one of them writing, is reported.
+    """
+    build_dir = Path(build_dir)
+    (build_dir / name).write_text(source)
+    lines = ['#include "host_shim.h"', f'#include "{name}"', "#include <fstream>",
+             "#include <vector>", "",
+             "static std::vector<unsigned long long> load(const char* path, std::size_t bytes)",
+             "{", "    std::vector<unsigned long long> data(bytes / 8 + 1);",
+             "    std::ifstream(path, std::ios::binary).read((char*)data.data(), bytes);",
+             "    return data;", "}", "", "int main()", "{"]
+    for n, (function, arrays, scalars) in enumerate(launches):
+        params = kernel_signature(source, function, name)
+        args, k = [], 0
+        for param, value in zip(params, list(arrays) + list(scalars)):
+            if param.pointer:
+                path = build_dir / f"{Path(name).stem}_{n}_arg{k}.bin"
+                path.write_bytes(value.tobytes())
+                lines.append(f'    auto a{n}_{k} = load("{path}", {value.nbytes});')
+                args.append(f"({param.ctype}*)a{n}_{k}.data()")
+                k += 1
+            elif param.ctype == "bool":
+                args.append("true" if value else "false")
+            elif param.ctype in ("float", "double"):
+                args.append(float(value).hex() + ("f" if param.ctype == "float" else ""))
+            else:
+                args.append(f"({param.ctype}){int(value)}")
+        lines += [f"    for (int r = 0; r < {repeats}; ++r)",
+                  f"        if (gpusim_host::launch({grid}, {block}, &{function}, "
+                  f"{', '.join(args)}))",
+                  f"            return {10 + n};"]
+    lines += ["    return 0;", "}"]
+    program = build_dir / f"{Path(name).stem}_race.cpp"
+    program.write_text("\n".join(lines))
+    executable = program.with_suffix("")
+    command = [find_gxx(), *[f for f in GXX_FLAGS if f not in ("-shared", "-fPIC")], "-g",
+               "-fsanitize=thread", "-I", str(SHIM_DIR), "-I", str(build_dir)]
+    if include_dir is not None:
+        command += ["-I", str(include_dir)]
+    result = subprocess.run(command + ["-o", str(executable), str(program)],
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"g++ -fsanitize=thread could not build {program.name}:\n"
+                           f"{result.stderr.strip()}")
+    run = subprocess.run([str(executable)], capture_output=True, text=True,
+                         env={"TSAN_OPTIONS": "exitcode=66"})
+    if 10 <= run.returncode < 10 + len(launches):
+        return (f"{launches[run.returncode - 10][0]}: threads passed different numbers of "
+                "__syncthreads()")
+    if run.returncode != 0 or "ThreadSanitizer" in run.stderr:
+        return run.stderr.strip() or f"the race check exited with {run.returncode}"
+    return ""
+
+
+def tsan_problem(build_dir: Path) -> str | None:
+    """Why ThreadSanitizer cannot run the host shim here, else None."""
+    probe = '''extern "C" __global__ void probe(int* v) { v[threadIdx.x] = 1; __syncthreads(); }'''
+    try:
+        report = race_check(probe, "tsan_probe.cu", [("probe", [np.zeros(4, np.int32)], [])],
+                            1, 4, Path(build_dir))
+    except (RuntimeError, OSError) as exc:
+        return f"ThreadSanitizer is unavailable ({exc})"
+    return f"ThreadSanitizer misreports a race-free kernel:\n{report}" if report else None
+
+
+class HostCBackend(Backend):
+    """CPU tensors; each spec runs its CUDA C kernel through the host shim."""
+    name = "cuda_c_host"
+    device = torch.device("cpu")
+    max_agents_per_env = 1024
+
+    def __init__(self, build_dir):
+        self.build_dir = Path(build_dir)
+        self._libraries = {}
+
+    def view(self, tensor):
+        return TensorPointer(tensor)
+
+    def _compile(self, spec):
+        file, function = split_cuda_c(spec)
+        source = kernel_source(file)
+        params = kernel_signature(source, function, file)
+        if file not in self._libraries:
+            self._libraries[file] = build_library(source, file, self.build_dir, kernel_dir())
+        return _HostLaunch(self._libraries[file], function, params,
+                           f"CUDA C kernel {function} ({file})")
+
+
+class _HostLaunch:
+    """`launch(num_envs, num_agents, s, p)`, checking the C signature per argument layout."""
+
+    def __init__(self, lib, function, params, where):
+        self.lib, self.function, self.params, self.where = lib, function, params, where
+        self.checked = set()
+
+    def precompile(self, s, p):
+        argument_format(self.params, s, p, self.where)
+        self.checked.add((type(s), type(p)))
+
+    def __call__(self, num_envs, num_agents, s, p):
+        if (type(s), type(p)) not in self.checked:
+            self.precompile(s, p)
+        call(self.lib, self.function, num_envs, num_agents, *s, *p)

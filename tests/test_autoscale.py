@@ -1,0 +1,187 @@
+"""Auto-scaling: the search on injected predicates, trial classification, and a real run."""
+import math
+
+import pytest
+import yaml
+
+from gpusim import autoscale
+from gpusim.autoscale import Searcher, largest_passing, parse_size
+from gpusim.backends import get_backend
+from gpusim.errors import GpusimError
+
+
+def predicate(limit, log):
+    def trial(value):
+        log.append(value)
+        return value <= limit
+    return trial
+
+
+@pytest.mark.parametrize("limit,cap", [(1, 1000), (2, 1000), (3, 1000), (37, 1000),
+                                       (511, 1000), (512, 1000), (513, 1000), (999, 1000),
+                                       (1000, 1000), (5000, 1000), (70000, 65536),
+                                       (12345, 65536)])
+def test_search_is_maximal_in_logarithmic_trials(limit, cap):
+    tried = []
+    best, values = largest_passing(predicate(limit, tried), cap)
+    assert values == tried
+    assert best == min(limit, cap)
+    assert best == cap or best + 1 in tried  # the next step up was tried and failed
+    assert len(tried) == len(set(tried))  # nothing tried twice
+    assert len(tried) <= 2 * math.ceil(math.log2(cap)) + 2
+
+
+def test_search_failure_at_one():
+    tried = []
+    best, _ = largest_passing(predicate(0, tried), 1024)
+    assert best == 0 and tried == [1]
+
+
+def test_search_success_up_to_cap_brackets_by_doubling():
+    tried = []
+    best, _ = largest_passing(predicate(10**9, tried), 1000)
+    assert best == 1000
+    assert tried == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000]
+
+
+def test_search_propagates_other_errors():
+    def trial(value):
+        if value > 8:
+            raise ValueError("not a resource problem")
+        return True
+    with pytest.raises(ValueError, match="not a resource problem"):
+        largest_passing(trial, 1000)
+
+
+def test_search_stops_starting_trials_after_its_time_limit():
+    tried = []
+    best, _ = largest_passing(predicate(10**9, tried), 10**6, time_limit_s=0.0)
+    assert best == 1 and tried == [1]  # the first trial always runs
+
+
+class FakeBackend:
+    """The cpu backend's classification, with a counter of clean-ups."""
+
+    def __init__(self):
+        self.real = get_backend("cpu")
+        self.device = self.real.device
+        self.freed = 0
+
+    def is_resource_error(self, exc):
+        return self.real.is_resource_error(exc)
+
+    def free_memory(self):
+        self.freed += 1
+
+
+def test_searcher_counts_oom_as_failure_and_aborts_on_other_errors():
+    backend = FakeBackend()
+
+    def body(value):
+        if value > 40:
+            raise MemoryError("cannot allocate")
+        if value > 20:
+            raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried 10 GB")
+        return {}
+    searcher = Searcher("n", body, backend, limit_bytes=2**40, cap=1000, log=lambda *a: None)
+    assert searcher.run() == 20
+    failures = [t for t in searcher.trials if not t.ok]
+    assert failures and all("allocate" in t.note for t in failures)
+    assert backend.freed == len(searcher.trials) + 1  # every trial cleaned up (and warm-up)
+
+    def broken(value):
+        if value > 4:
+            raise KeyError("a bug, not a lack of memory")
+        return {}
+    with pytest.raises(KeyError):
+        Searcher("n", broken, backend, 2**40, 1000, log=lambda *a: None).run()
+
+
+def test_searcher_measures_peak_memory_against_its_limit():
+    import numpy as np
+    backend = FakeBackend()
+
+    def body(value):  # value MiB, touched, then freed: only the peak sees it
+        block = np.ones(value * 2**20 // 8)
+        del block
+        return {}
+    searcher = Searcher("mib", body, backend, limit_bytes=48 * 2**20, cap=256,
+                        log=lambda *a: None)
+    best = searcher.run()
+    assert 40 <= best <= 48
+    over = [t for t in searcher.trials if not t.ok]
+    assert all(t.peak_bytes > 48 * 2**20 for t in over)
+
+
+@pytest.mark.parametrize("text,size", [("2GiB", 2 * 2**30), ("512MiB", 512 * 2**20),
+                                       ("1.5GB", 1_500_000_000), ("1000", 1000),
+                                       ("64 mib", 64 * 2**20)])
+def test_parse_size(text, size):
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["", "lots", "2 parsecs", "-1GiB", "0"])
+def test_parse_size_rejects(text):
+    with pytest.raises(GpusimError):
+        parse_size(text)
+
+
+def test_auto_scale_run_picks_fit_and_next_step_up_does_not(tmp_path, capsys):
+    """A real `--auto_scale` on tag_continuous under a small budget."""
+    from gpusim.train import main
+    code = main(["--env", "tag_continuous", "--backend", "cpu", "--auto_scale",
+                 "--memory_budget", "48MiB", "--total_steps", "2000", "--quiet",
+                 "--results_dir", str(tmp_path),
+                 "--set", "env.num_taggers=2", "--set", "env.num_runners=6",
+                 "--set", "env.num_other_agents_observed=4",
+                 "--set", "scale.max_rollout_len=64"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    (run_dir,) = tmp_path.iterdir()
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    report = config["auto_scale_report"]
+    num_envs, rollout_len = report["num_envs"], report["rollout_len"]
+    assert config["trainer"]["num_envs"] == num_envs
+    assert config["trainer"]["rollout_len"] == rollout_len
+    assert f"picked num_envs={num_envs}, rollout_len={rollout_len}" in out
+
+    # search 1: its pick passed within the replicas' limit; one more replica did not
+    env_trials = {t["value"]: t for t in report["trials"]["num_envs"]}
+    pick = report["num_envs_search_pick"]
+    assert env_trials[pick]["ok"] and env_trials[pick]["peak_bytes"] <= report["env_limit_bytes"]
+    assert not env_trials[pick + 1]["ok"]
+    assert env_trials[pick + 1]["peak_bytes"] > report["env_limit_bytes"]
+    assert num_envs in [pick >> k for k in range(20)]  # halved only if a batch did not fit
+
+    # search 2: the pick passed within the usable budget; one more step did not
+    batch_trials = {t["value"]: t for t in report["trials"]["rollout_len"]
+                    if t["num_envs"] == num_envs}
+    assert batch_trials[rollout_len]["ok"]
+    assert batch_trials[rollout_len]["peak_bytes"] <= report["usable_bytes"]
+    if rollout_len < 64:
+        assert not batch_trials[rollout_len + 1]["ok"]
+        assert batch_trials[rollout_len + 1]["peak_bytes"] > report["usable_bytes"]
+    assert report["search_s"] > 0 and report["final_env_steps_per_s"] > 0
+
+    # Rerunning with the saved config reproduces the sizes without searching.
+    from gpusim.training.config import load_run_dir_config
+    _, rerun = load_run_dir_config(run_dir)
+    assert (rerun.trainer.num_envs, rerun.trainer.rollout_len) == (num_envs, rollout_len)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--memory_budget", "1GiB"], "add --auto_scale"),
+    (["--auto_scale", "--num_envs", "8"], "drop --num_envs"),
+    (["--auto_scale", "--memory_budget", "lots"], "cannot read memory size"),
+])
+def test_auto_scale_flag_errors(argv, message, capsys, tmp_path):
+    from gpusim.train import main
+    code = main(["--env", "cartpole", "--backend", "cpu", "--results_dir", str(tmp_path)] + argv)
+    assert code == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_format_size():
+    assert autoscale.format_size(3 * 2**30) == "3.00 GiB"
+    assert autoscale.format_size(None) == "-"

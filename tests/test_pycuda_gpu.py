@@ -1,0 +1,174 @@
+"""GPU tests (`gpu` marker) of the pycuda backend's CUDA C kernels.
+
+On the same injected states and actions: pycuda against numba, cpu and the
+NumPy reference; the pycuda sampler against the numba sampler; launches on a
+non-default torch stream; a full 1024-agent block; the cubin cache.
+Skipped cleanly where no CUDA GPU works (see conftest.py) or pycuda is absent.
+
+Tolerances: the RNG draws and everything computed from them without
+transcendental functions agree exactly; positions and observations agree to
+2e-5 (the GPU's cosf/sinf are within a few ulps of libm's and numpy's).
+"""
+import numpy as np
+import pytest
+import torch
+
+from conftest import make_tag, random_actions, random_tag_state
+from gpusim import ActionSampler
+from gpusim.envs.tag_continuous import reference as ref
+
+pytestmark = pytest.mark.gpu
+ATOL = 2e-5
+FLOAT_STATE = ("loc_x", "loc_y", "speed", "direction", "acceleration")
+INT_STATE = ("still_in_game", "agent_type", "num_runners_left", "timestep")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def needs_pycuda():
+    pytest.importorskip("pycuda.driver", reason="pycuda is not installed "
+                        "(pip install gpusim[pycuda])")
+
+
+def host(t):
+    return t.detach().cpu().numpy()
+
+
+@pytest.mark.parametrize("config", [dict(num_taggers=5), dict(num_taggers=3, num_runners=20,
+                                                              use_full_observation=True),
+                                    dict(num_taggers=3, num_runners=30, tagging_distance=0.05,
+                                         runner_exits_game_after_tagged=False)])
+def test_pycuda_matches_numba_cpu_and_reference(config):
+    rng = np.random.default_rng(0)
+    envs = {name: make_tag(num_envs=4, backend=name, **config)
+            for name in ("pycuda", "numba", "cpu")}
+    for env in envs.values():
+        env.reset()
+    cfg = envs["cpu"].config
+    tags = resets = 0
+    for t in range(100):
+        state = random_tag_state(cfg, 4, rng)
+        actions = random_actions(envs["cpu"], rng)
+        want = ref.step(cfg, state, actions.numpy())
+        done = want[3] | want[4]
+        outs = {}
+        for name, env in envs.items():
+            env.set_state(state)
+            obs, reward, terminated, truncated, info = env.step(actions.to(env.device))
+            outs[name] = (host(obs), host(reward), host(terminated), host(truncated),
+                          host(info["final_obs"]), {k: host(v) for k, v in env.get_state().items()})
+        got = outs["pycuda"]
+        np.testing.assert_array_equal(got[2], want[3], err_msg=f"terminated, step {t}")
+        np.testing.assert_array_equal(got[3], want[4], err_msg=f"truncated, step {t}")
+        np.testing.assert_allclose(got[1], want[2], atol=ATOL, err_msg=f"reward, step {t}")
+        np.testing.assert_allclose(got[0][~done], want[1][~done], atol=ATOL,
+                                   err_msg=f"obs, step {t}")
+        np.testing.assert_allclose(got[4][done], want[1][done], atol=ATOL,
+                                   err_msg=f"final_obs, step {t}")
+        for key in FLOAT_STATE:
+            np.testing.assert_allclose(got[5][key][~done], want[0][key][~done], atol=ATOL,
+                                       err_msg=f"{key}, step {t}")
+        for key in INT_STATE:
+            np.testing.assert_array_equal(got[5][key][~done], want[0][key][~done],
+                                          err_msg=f"{key}, step {t}")
+        for other in ("numba", "cpu"):
+            theirs = outs[other]
+            for k, label in enumerate(("obs", "reward")):
+                np.testing.assert_allclose(got[k], theirs[k], atol=ATOL,
+                                           err_msg=f"{label} vs {other}, step {t}")
+            for k, label in ((2, "terminated"), (3, "truncated")):
+                np.testing.assert_array_equal(got[k], theirs[k],
+                                              err_msg=f"{label} vs {other}, step {t}")
+            # replicas reset in the step drew the same initial state from the same streams
+            for key in INT_STATE:
+                np.testing.assert_array_equal(got[5][key], theirs[5][key],
+                                              err_msg=f"{key} vs {other}, step {t}")
+        tags += int((want[2] >= cfg.tag_reward_for_tagger - 1).sum())
+        resets += int(done.sum())
+    assert tags > 0 and resets > 0
+
+
+def test_pycuda_reset_and_streams_match_numba():
+    pycuda_env = make_tag(num_envs=16, backend="pycuda", seed=4, num_taggers=5)
+    numba_env = make_tag(num_envs=16, backend="numba", seed=4, num_taggers=5)
+    for env in (pycuda_env, numba_env):
+        env.reset()
+    a, b = pycuda_env.get_state(include_rng=True), numba_env.get_state(include_rng=True)
+    for key in ("rng_state", "loc_x", "loc_y", "direction", "speed", "still_in_game"):
+        assert torch.equal(a[key], b[key]), key
+    np.testing.assert_allclose(host(pycuda_env.arrays["obs"]), host(numba_env.arrays["obs"]),
+                               atol=ATOL)
+
+
+def test_pycuda_sampler_matches_numba_sampler():
+    envs = [make_tag(num_envs=32, backend=name, seed=9, num_taggers=5)
+            for name in ("pycuda", "numba")]
+    samplers = [ActionSampler(env) for env in envs]
+    gen = torch.Generator().manual_seed(1)
+    for trial in range(20):
+        probs = torch.rand((32, envs[0].num_agents, samplers[0].width), generator=gen)
+        probs[torch.rand(probs.shape, generator=gen) < 0.3] = 0
+        argmax = trial % 5 == 4
+        got = [s.sample(probs.to(e.device), argmax=argmax) for s, e in zip(samplers, envs)]
+        assert torch.equal(got[0], got[1]), f"trial {trial}"
+        assert torch.equal(envs[0].rng_state, envs[1].rng_state)
+
+
+def test_pycuda_on_a_side_stream_matches_the_default_stream():
+    results = []
+    for use_side_stream in (False, True):
+        env = make_tag(num_envs=64, backend="pycuda", seed=2, num_taggers=5, episode_length=30)
+        sampler = ActionSampler(env)
+        probs = torch.ones((64, env.num_agents, sampler.width), device=env.device)
+        stream = torch.cuda.Stream(env.device) if use_side_stream else \
+            torch.cuda.current_stream(env.device)
+        with torch.cuda.stream(stream):
+            env.reset()
+            trace = []
+            for _ in range(40):
+                obs, reward, *_ = env.step(sampler.sample(probs))
+                trace.append(torch.cat([obs.flatten(), reward.flatten()]))  # on `stream`
+            total = torch.stack(trace)
+        torch.cuda.synchronize()
+        results.append(total.cpu())
+    assert torch.equal(results[0], results[1])
+
+
+def test_pycuda_rollout_has_no_host_sync():
+    env = make_tag(num_envs=64, backend="pycuda", num_taggers=5)
+    env.reset()
+    sampler = ActionSampler(env)
+    probs = torch.full((64, env.num_agents, sampler.width), 1.0, device=env.device)
+    env.step(sampler.sample(probs))
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(10):
+            obs, reward, *_ = env.step(sampler.sample(probs))
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert obs.is_cuda and reward.is_cuda
+
+
+def test_pycuda_runs_a_full_block_of_1024_agents():
+    env = make_tag(num_envs=3, backend="pycuda", num_taggers=24, num_runners=1000)
+    env.reset()
+    sampler = ActionSampler(env)
+    probs = torch.ones((3, 1024, sampler.width), device=env.device)
+    for _ in range(3):
+        obs, *_ = env.step(sampler.sample(probs))
+    torch.cuda.synchronize()
+    assert torch.isfinite(obs).all()
+
+
+def test_pycuda_cubin_comes_from_the_user_cache(tmp_path, monkeypatch):
+    from gpusim.backends import pycuda_backend
+    monkeypatch.setenv("GPUSIM_CACHE_DIR", str(tmp_path))
+    backend = pycuda_backend.PyCUDABackend(0)
+    source = pycuda_backend.kernel_source("tag_continuous.cu")
+    first = backend._cubin("tag_continuous.cu", source)
+    assert list(tmp_path.glob("pycuda/*/tag_continuous.cubin"))
+
+    def no_nvcc(*args, **kwargs):
+        raise AssertionError("nvcc ran for a cached cubin")
+    monkeypatch.setattr(pycuda_backend.subprocess, "run", no_nvcc)
+    assert pycuda_backend.PyCUDABackend(0)._cubin("tag_continuous.cu", source) == first

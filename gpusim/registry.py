@@ -9,6 +9,7 @@ from gpusim.errors import GpusimError
 _REGISTRY = {
     "tag_continuous": "gpusim.envs.tag_continuous.env:TagContinuous",
     "cartpole": "gpusim.envs.cartpole.env:CartPole",
+    "tag_gridworld": "gpusim.envs.tag_gridworld.env:TagGridworld",
 }
 
 

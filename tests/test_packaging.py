@@ -12,8 +12,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_subpackages_import_under_gpusim():
-    for name in ("gpusim.envs", "gpusim.envs.tag_continuous", "gpusim.training",
-                 "gpusim.cuda_kernels"):
+    for name in ("gpusim.envs", "gpusim.envs.tag_continuous", "gpusim.envs.tag_gridworld",
+                 "gpusim.training", "gpusim.cuda_kernels"):
         importlib.import_module(name)
     from gpusim.envs.tag_continuous.config import DEFAULT_YAML
     assert DEFAULT_YAML.is_file()
@@ -35,6 +35,9 @@ def test_wheel_holds_nothing_generic_at_top_level(tmp_path):
     assert "gpusim/envs/tag_continuous/reference.py" in names
     assert "gpusim/envs/cartpole/config.yaml" in names
     assert "gpusim/training/trainer.py" in names
+    assert "gpusim/envs/tag_gridworld/config.yaml" in names
+    for kernel in ("tag_continuous.cu", "sampler.cu", "gpusim_rng.cuh", "gpusim_math.cuh"):
+        assert f"gpusim/cuda_kernels/{kernel}" in names
 
 
 def test_readme_example_runs():

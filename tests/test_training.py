@@ -192,7 +192,7 @@ def test_cli_as_a_process_exits_nonzero_with_one_line(tmp_path):
                             env={**os.environ, "PYTHONWARNINGS": "ignore"})
     assert result.returncode == 2
     assert result.stderr.strip() == ("error: unknown env 'nope' (registered: cartpole, "
-                                     "tag_continuous; or give module:Class)")
+                                     "tag_continuous, tag_gridworld; or give module:Class)")
 
 
 def test_plot_writes_pngs(tmp_path):

@@ -4,9 +4,9 @@
    few steps fit in `env_share` of the usable memory.
 2. Batch: with that `num_envs`, the largest `rollout_len` for which a full
    training iteration (rollout, then update with forward and backward) fits
-   in the usable memory. If not even `rollout_len=1` fits (the policy's
-   activations on every agent can outweigh the env's state), `num_envs` is
-   halved until it does.
+   in the usable memory. If that is shorter than `min_rollout_len` (the
+   policy's activations on every agent can outweigh the env's state),
+   `num_envs` is halved and the batch search runs again.
 Usable memory is the budget (`--memory_budget`, else free GPU memory, else a
 share of free RAM) less the headroom. With several ranks every rank searches
 its own device and all take the minimum. The report (picks, every trial, the
@@ -99,14 +99,17 @@ def auto_scale(config: RunConfig, env_class, context, log=print) -> RunConfig:
                            backend, limit, scale.max_rollout_len, scale.time_limit_s, say)
         rollout_len = dist.min_across(batches.run())
         batch_trials += [dict(x.to_dict(), num_envs=num_envs) for x in batches.trials]
-        if rollout_len > 0:
+        if rollout_len >= scale.min_rollout_len:
             break
-        # The replicas leave no room for even one rollout step of training: halve them.
+        # The replicas leave too little room for training batches: halve them.
         if num_envs == 1:
-            raise GpusimError(f"auto-scale: a training iteration of {config.env_name} does not "
-                              f"fit in {format_size(limit)}; raise --memory_budget")
+            raise GpusimError(f"auto-scale: a training iteration of {config.env_name} with "
+                              f"rollout_len={scale.min_rollout_len} does not fit in "
+                              f"{format_size(limit)}; raise --memory_budget or lower "
+                              f"scale.min_rollout_len")
         num_envs //= 2
-        say(f"  a training iteration with rollout_len=1 does not fit: num_envs -> {num_envs}")
+        say(f"  rollout_len {rollout_len} < scale.min_rollout_len={scale.min_rollout_len}: "
+            f"num_envs -> {num_envs}")
     seconds = time.perf_counter() - start
     picked = next((t for t in batches.trials if t.ok and t.value == rollout_len), None)
     rate = picked.info.get("env_steps_per_s") if picked else None

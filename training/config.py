@@ -89,6 +89,8 @@ class ScaleConfig:
                                      # left for the training batch of the second search
     max_num_envs: int = 65536
     max_rollout_len: int = 1024
+    min_rollout_len: int = 8         # fewer steps make poor PPO batches: halve num_envs
+                                     # until a batch of this many steps fits
     env_trial_steps: int = 5         # steps after reset in a replica-count trial
     time_limit_s: float = 600.0      # per search: no new trial starts after this
     timeout_s: float = 600.0         # how long ranks wait for each other (compiles, rendezvous)
@@ -103,8 +105,10 @@ class ScaleConfig:
                 "must lie in (0, 1]")
         require(0 <= self.headroom < 1, "scale.headroom", "must lie in [0, 1)")
         require(0 < self.env_share <= 1, "scale.env_share", "must lie in (0, 1]")
-        for key in ("max_num_envs", "max_rollout_len", "env_trial_steps"):
+        for key in ("max_num_envs", "max_rollout_len", "min_rollout_len", "env_trial_steps"):
             require(getattr(self, key) >= 1, f"scale.{key}", "must be at least 1")
+        require(self.min_rollout_len <= self.max_rollout_len, "scale.min_rollout_len",
+                "must not exceed scale.max_rollout_len")
         for key in ("time_limit_s", "timeout_s"):
             require(getattr(self, key) > 0, f"scale.{key}", "must be positive")
 

@@ -1,0 +1,5 @@
+"""tag_gridworld: taggers chase one runner on an integer grid."""
+from .config import TagGridworldConfig
+from .env import TagGridworld
+
+__all__ = ["TagGridworld", "TagGridworldConfig"]

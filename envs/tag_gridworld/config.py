@@ -1,0 +1,56 @@
+"""Configuration of tag_gridworld (README.md in this directory gives each key's meaning)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from gpusim.config import EnvConfig, require
+
+DEFAULT_YAML = Path(__file__).with_name("config.yaml")
+
+# Positions are int32 and normalised in float32: keep every coordinate exact.
+MAX_GRID_SIZE = 1 << 16
+# One replica is one GPU block, one thread per agent (taggers + the runner).
+MAX_TAGGERS = 1023
+
+REWARD_KEYS = ("wall_penalty", "tag_reward", "tag_penalty", "step_penalty_tagger",
+               "step_reward_runner")
+# Penalties are added to the reward as given, so they are written as values <= 0.
+PENALTY_KEYS = ("wall_penalty", "tag_penalty", "step_penalty_tagger")
+
+
+@dataclass(frozen=True)
+class TagGridworldConfig(EnvConfig):
+    default_yaml: ClassVar[Path] = DEFAULT_YAML
+
+    num_taggers: int = 3
+    grid_size: int = 11
+    episode_length: int = 100
+    wall_penalty: float = -0.1
+    tag_reward: float = 10.0
+    tag_penalty: float = -5.0
+    step_penalty_tagger: float = -0.01
+    step_reward_runner: float = 0.01
+
+    @property
+    def num_agents(self) -> int:
+        return self.num_taggers + 1
+
+    @property
+    def runner_id(self) -> int:
+        return self.num_taggers
+
+    def check(self):
+        require(1 <= self.num_taggers <= MAX_TAGGERS, "num_taggers",
+                f"must lie in 1..{MAX_TAGGERS}, got {self.num_taggers}")
+        require(2 <= self.grid_size <= MAX_GRID_SIZE, "grid_size",
+                f"must lie in 2..{MAX_GRID_SIZE}, got {self.grid_size}")
+        require(self.episode_length >= 1, "episode_length",
+                f"must be at least 1, got {self.episode_length}")
+        for key in REWARD_KEYS:
+            require(math.isfinite(getattr(self, key)), key, "must be a finite number")
+        for key in PENALTY_KEYS:
+            require(getattr(self, key) <= 0, key,
+                    f"is added to the reward, so it must be <= 0, got {getattr(self, key)}")

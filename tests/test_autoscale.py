@@ -185,3 +185,32 @@ def test_auto_scale_flag_errors(argv, message, capsys, tmp_path):
 def test_format_size():
     assert autoscale.format_size(3 * 2**30) == "3.00 GiB"
     assert autoscale.format_size(None) == "-"
+
+
+def test_auto_scale_with_two_processes_agrees_on_the_picks(tmp_path):
+    """Both ranks search; the run uses the minimum, and rank 0 records it."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")}
+    env["PYTHONPATH"] = str(root)
+    done = subprocess.run(
+        [sys.executable, "-m", "gpusim.train", "--env", "tag_continuous", "--backend", "cpu",
+         "--num_gpus", "2", "--auto_scale", "--memory_budget", "40MiB", "--total_steps", "2000",
+         "--quiet", "--results_dir", str(tmp_path), "--set", "env.num_taggers=2",
+         "--set", "env.num_runners=6", "--set", "env.num_other_agents_observed=4",
+         "--set", "scale.max_num_envs=256", "--set", "scale.max_rollout_len=16",
+         "--set", "scale.min_rollout_len=1"],
+        capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("auto-scale picked") == 1  # rank 0 alone reports
+    (run_dir,) = tmp_path.iterdir()
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    report = config["auto_scale_report"]
+    assert report["processes"] == 2
+    assert report["num_envs_search_pick"] <= report["num_envs_rank0_pick"]  # min over ranks
+    assert report["num_envs"] <= report["num_envs_search_pick"]
+    assert config["trainer"]["num_envs"] == report["num_envs"]

@@ -86,7 +86,8 @@ def auto_scale(config: RunConfig, env_class, context, log=print) -> RunConfig:
     replicas = Searcher("num_envs", env_trial(config, env_class, backend, context.rank,
                                               scale.env_trial_steps),
                         backend, env_limit, scale.max_num_envs, scale.time_limit_s, say)
-    num_envs = dist.min_across(replicas.run())
+    own_pick = replicas.run()
+    num_envs = dist.min_across(own_pick)
     if num_envs == 0:
         raise GpusimError(f"auto-scale: not even one replica of {config.env_name} fits in "
                           f"{format_size(env_limit)}; raise --memory_budget")
@@ -122,7 +123,8 @@ def auto_scale(config: RunConfig, env_class, context, log=print) -> RunConfig:
         "device": str(backend.device), "processes": context.world_size,
         "budget_bytes": budget, "usable_bytes": limit, "env_limit_bytes": env_limit,
         "num_envs": num_envs, "rollout_len": rollout_len, "search_s": round(seconds, 2),
-        "num_envs_search_pick": replicas_found, "trial_env_steps_per_s": rate,
+        "num_envs_search_pick": replicas_found, "num_envs_rank0_pick": own_pick,
+        "trial_env_steps_per_s": rate,
         "trials": {"num_envs": [x.to_dict() for x in replicas.trials],
                    "rollout_len": batch_trials},
     }

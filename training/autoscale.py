@@ -82,10 +82,13 @@ def auto_scale(config: RunConfig, env_class, context, log=print) -> RunConfig:
         f"{format_size(env_limit)}")
     start = time.perf_counter()
 
+    def time_left():  # one time limit for the whole auto-scale, halvings included
+        return max(0.0, scale.time_limit_s - (time.perf_counter() - start))
+
     say(f"search 1: num_envs in [1, {scale.max_num_envs}]")
     replicas = Searcher("num_envs", env_trial(config, env_class, backend, context.rank,
                                               scale.env_trial_steps),
-                        backend, env_limit, scale.max_num_envs, scale.time_limit_s, say)
+                        backend, env_limit, scale.max_num_envs, time_left(), say)
     own_pick = replicas.run()
     num_envs = dist.min_across(own_pick)
     if num_envs == 0:
@@ -97,10 +100,15 @@ def auto_scale(config: RunConfig, env_class, context, log=print) -> RunConfig:
     while True:
         say(f"search 2: rollout_len in [1, {scale.max_rollout_len}] with num_envs={num_envs}")
         batches = Searcher("rollout_len", iteration_trial(config, env_class, backend, num_envs),
-                           backend, limit, scale.max_rollout_len, scale.time_limit_s, say)
+                           backend, limit, scale.max_rollout_len, time_left(), say)
         rollout_len = dist.min_across(batches.run())
         batch_trials += [dict(x.to_dict(), num_envs=num_envs) for x in batches.trials]
         if rollout_len >= scale.min_rollout_len:
+            break
+        out_of_time = dist.min_across(int(time_left() > 0)) == 0  # all ranks decide alike
+        if rollout_len > 0 and out_of_time:
+            say(f"  scale.time_limit_s={scale.time_limit_s:g} reached: keeping rollout_len "
+                f"{rollout_len} < scale.min_rollout_len")
             break
         # The replicas leave too little room for training batches: halve them.
         if num_envs == 1:

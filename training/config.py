@@ -92,7 +92,7 @@ class ScaleConfig:
     min_rollout_len: int = 8         # fewer steps make poor PPO batches: halve num_envs
                                      # until a batch of this many steps fits
     env_trial_steps: int = 5         # steps after reset in a replica-count trial
-    time_limit_s: float = 600.0      # per search: no new trial starts after this
+    time_limit_s: float = 900.0      # whole search: no new trial starts after this
     timeout_s: float = 600.0         # how long ranks wait for each other (compiles, rendezvous)
 
     def check(self):

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from gpusim.errors import GpusimError
+from gpusim.errors import GpusimError, describe
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,
           "gb": 10**9, "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
@@ -207,12 +207,10 @@ class Searcher:
         try:
             info = self.body(value) or {}
             peak = self.probe.peak()
-        except Exception as exc:  # noqa: BLE001 - classified just below
+        except Exception as exc:  # classified just below
             if not self.backend.is_resource_error(exc):
                 raise
-            first_line = (str(exc).strip().splitlines() or [""])[0][:160]
-            return Trial(value, False, time.perf_counter() - start, None,
-                         f"{type(exc).__name__}: {first_line}")
+            return Trial(value, False, time.perf_counter() - start, None, describe(exc)[:200])
         finally:
             gc.collect()
             self.backend.free_memory()

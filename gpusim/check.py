@@ -462,7 +462,6 @@ class _Runner:
 
     def _run_rollout(self):
         env, a = self.env, self.env.arrays
-        E = env.num_envs
         shape_problems = None
         generator = torch.Generator().manual_seed(self.seed)
         env.reset(seed=self.seed)

@@ -22,7 +22,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from gpusim import messenger
-from gpusim.errors import GpusimError
+from gpusim.errors import GpusimError, describe
 
 LAUNCHER_STORE = "GPUSIM_LAUNCHER_STORE"  # set by `launch`: the store lives in the launcher
 
@@ -32,16 +32,6 @@ class RankFailed(GpusimError):
         super().__init__(f"rank {rank}: {message}")
         self.rank = rank
         self.exit_code = exit_code
-
-
-def describe(exc: BaseException) -> str:
-    """One line for an exception: the message for our own errors, else type and message."""
-    if isinstance(exc, GpusimError):
-        return str(exc)
-    if isinstance(exc, KeyboardInterrupt):
-        return "interrupted"
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}".strip()
 
 
 # ---- the local launcher -------------------------------------------------------------

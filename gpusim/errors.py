@@ -15,3 +15,13 @@ class ArrayError(GpusimError, ValueError):
 
 class BackendError(GpusimError, RuntimeError):
     """A backend is unknown or cannot run on this machine."""
+
+
+def describe(exc: BaseException) -> str:
+    """One line for an exception: the message for our own errors, else type and first line."""
+    if isinstance(exc, GpusimError):
+        return str(exc)
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted"
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}".strip()

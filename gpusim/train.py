@@ -113,6 +113,7 @@ def worker(args) -> int:
     """One process of a run (the only one, or one rank of several)."""
     from gpusim import distributed
     from gpusim.device import DeviceContext
+    from gpusim.errors import describe
     context = DeviceContext.from_environment()
     if context.world_size == 1:
         return train(args, context)
@@ -122,7 +123,7 @@ def worker(args) -> int:
         raise
     except BaseException as exc:
         if not distributed.launched_here():  # torchrun: each rank reports for itself
-            print(f"error: rank {context.rank}: {distributed.describe(exc)}", file=sys.stderr)
+            print(f"error: rank {context.rank}: {describe(exc)}", file=sys.stderr)
             return 1
         raise
     finally:

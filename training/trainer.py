@@ -21,8 +21,9 @@ from dataclasses import dataclass
 import torch
 
 from gpusim import ActionSampler
-from gpusim.errors import GpusimError
 from gpusim import distributed as dist
+from gpusim.errors import GpusimError
+
 from . import losses
 from .config import RunConfig
 from .models import ActorCritic

@@ -1,6 +1,66 @@
-"""Environment definitions, installed as `gpusim.envs`.
+"""The environments, installed as `gpusim.envs`, and the table of their names.
 
-Each env is a package with its config dataclass and `config.yaml`, its
-portable kernel phases (`env.py`) and an independent NumPy reference
-(`reference.py`) used by the tests.
+Every subpackage here is one env, whole in its folder: `config.py` (its
+config dataclass: the one place of its defaults), `env.py` (its arrays,
+portable phases and `Env` subclass), `reference.py` (an independent NumPy
+oracle for the tests), `README.md` (its exact rules), `config.yaml` (its
+training recipe) and any CUDA C kernel of its own. A subpackage's
+`__init__` names its env class `ENV`; the table below is found by listing
+the subpackages, so adding a built-in env is adding a folder.
 """
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+from gpusim.errors import GpusimError
+
+_registered: dict = {}  # name -> "module:Class", added by register()
+
+
+def builtin_names() -> tuple:
+    return tuple(sorted(m.name for m in pkgutil.iter_modules(__path__) if m.ispkg))
+
+
+def env_names() -> tuple:
+    return tuple(sorted(set(builtin_names()) | set(_registered)))
+
+
+def register(name: str, target: str):
+    """Register an env class under `name`; `target` is "package.module:ClassName"."""
+    _registered[name] = target
+
+
+def env_class(name: str):
+    """The env class for a name (built-in or registered) or a `module:Class` path."""
+    target = _registered.get(name, name)
+    if ":" not in target:
+        if target not in builtin_names():
+            raise GpusimError(f"unknown env '{name}' (registered: {', '.join(env_names())}; "
+                              "or give module:Class)")
+        return importlib.import_module(f"{__name__}.{target}").ENV
+    module_name, _, class_name = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise GpusimError(f"cannot import env module '{module_name}': {exc}") from None
+    cls = getattr(module, class_name, None)
+    if cls is None:
+        raise GpusimError(f"module '{module_name}' has no env class '{class_name}'")
+    return cls
+
+
+def make(name: str, num_envs: int = 1, backend="auto", seed: int = 0,
+         check_actions: bool | None = None, config=None, **env_config):
+    """Build env `name` with `num_envs` replicas on `backend`.
+
+    Keyword arguments not named here override fields of the env's config
+    dataclass (its defaults otherwise).
+    """
+    cls = env_class(name)
+    if config is None:
+        config = cls.config_class.load(**env_config)
+    elif env_config:
+        raise GpusimError("give either config= or config keys as keywords, not both")
+    return cls(num_envs=num_envs, backend=backend, seed=seed, config=config,
+               check_actions=check_actions)

@@ -1,14 +1,27 @@
-"""gpusim: massively parallel multi-agent RL environments as GPU (or CPU) kernels."""
+"""gpusim: massively parallel multi-agent RL environments as GPU (or CPU) kernels.
+
+This namespace is the public facade: it re-exports the runtime's API, and
+`make`, `register` and `env_names` from the env table in `gpusim.envs`
+(imported on first use, since the envs are built on the runtime).
+"""
 from gpusim.backends import get_backend
 from gpusim.check import check_env
 from gpusim.env import Env
 from gpusim.errors import ArrayError, BackendError, ConfigError, GpusimError
 from gpusim.kernels import KernelSpec, Phase, Section, agent_phase, env_phase
-from gpusim.registry import env_names, make, register
 from gpusim.sampler import ActionSampler
 
 __version__ = "0.1.0"
 
+_FROM_ENVS = ("make", "register", "env_names")
+
 __all__ = ["make", "register", "env_names", "get_backend", "check_env", "Env", "ActionSampler",
            "KernelSpec", "Phase", "Section", "agent_phase", "env_phase",
            "GpusimError", "ConfigError", "ArrayError", "BackendError"]
+
+
+def __getattr__(name):
+    if name in _FROM_ENVS:
+        from gpusim import envs
+        return getattr(envs, name)
+    raise AttributeError(f"module 'gpusim' has no attribute {name!r}")

@@ -78,7 +78,6 @@ class DeviceArrays:
         self.tensors = {name: torch.zeros(spec.full_shape(num_envs, num_agents),
                                           dtype=spec.dtype, device=backend.device)
                         for name, spec in self.specs.items()}
-        self.shapes = {name: t.shape for name, t in self.tensors.items()}
         fields = tuple(self.specs)
         self.views = namedtuple_type("Arrays", fields)(
             *(backend.view(self.tensors[n]) for n in fields))

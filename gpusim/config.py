@@ -55,16 +55,12 @@ def from_dict(cls, data: dict | None, section: str = ""):
 
 
 class EnvConfig:
-    """Base of env config dataclasses: `load` reads the `env` section of a YAML file.
-
-    Subclasses set `default_yaml` (a ClassVar) to their shipped config.yaml.
-    """
-    default_yaml: typing.ClassVar[Path]
+    """Base of env config dataclasses: the dataclass's defaults are the env's defaults."""
 
     @classmethod
     def load(cls, path=None, **overrides):
-        """The `env` section of `path` (default: the shipped file), then keyword overrides."""
-        data = dict(load_yaml(path or cls.default_yaml).get("env") or {})
+        """The defaults, then the `env` section of YAML file `path` (if given), then keywords."""
+        data = dict(load_yaml(path).get("env") or {}) if path is not None else {}
         data.update(overrides)
         return from_dict(cls, data, section="env")
 

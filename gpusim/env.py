@@ -2,7 +2,9 @@
 
 An environment subclasses `Env` and declares (see envs/tag_continuous/env.py):
 - `name`, `config_class` (a config dataclass with a `load` classmethod);
-- `setup(config)`: sets `num_agents`, `obs_dim`, `action_nvec`, `policies`;
+- `setup(config)`: sets `num_agents`, `obs_dim`, `action_nvec`, `policies`,
+  and `time_limit` when episodes are truncated only on reaching that many
+  steps (trainers then bootstrap truncations in batches instead of every step);
 - `array_specs()`: its named arrays (state and scratch);
 - `params()`: its scalar parameters, as numpy scalars;
 - `initial_values()`: constant tables and other arrays to fill once;
@@ -54,6 +56,7 @@ class Env:
     obs_dim: int
     action_nvec: tuple
     policies: dict
+    time_limit: int | None = None  # None: an episode may be truncated at any step
 
     def __init__(self, num_envs: int, backend: str | Backend = "auto", seed: int = 0,
                  config=None, check_actions: bool | None = None, env_offset: int = 0):

@@ -1,9 +1,12 @@
 """On-device sampling of multi-discrete actions from per-agent probabilities.
 
 Each agent draws from its own RNG stream (the env's `rng_state`), so sampling
-is reproducible and identical on every backend.
+is reproducible and identical on every backend. The same launch writes the
+log-probability of the drawn actions, so a trainer needs no gather after it.
 """
 from __future__ import annotations
+
+import math
 
 import numba
 import numpy as np
@@ -16,28 +19,43 @@ from gpusim.kernels import KernelSpec, agent_phase
 
 
 @numba.jit(nopython=True)
+def _weight(s, p, env, agent, k):
+    """The (unnormalised) probability of entry k: the value itself, or exp of a log-prob.
+
+    exp runs in float64 and rounds to float32, so every backend gets the same weight.
+    """
+    value = s.probs[env, agent, k]
+    if p.log_space:
+        return numba.float32(math.exp(numba.float64(value)))
+    return value
+
+
+@numba.jit(nopython=True)
 def sample_agent(env, agent, s, p):
-    """For each component: inverse-CDF draw (or argmax) over its slice of `probs`."""
+    """Per component: an inverse-CDF draw (or the argmax) over its slice of `probs`.
+
+    Also writes the log-probability of the drawn actions, summed over components.
+    """
+    log_prob = numba.float32(0.0)  # summed in float32, as torch sums the components
     for c in range(s.nvec.shape[0]):
         start = s.offsets[c]
         n = s.nvec[c]
+        total = numba.float32(0.0)
+        for k in range(n):
+            total += _weight(s, p, env, agent, start + k)
         choice = 0
-        if p.argmax:
+        if p.argmax:  # exp is monotonic: the raw values give the same argmax
             best = s.probs[env, agent, start]
             for k in range(1, n):
                 if s.probs[env, agent, start + k] > best:
                     best = s.probs[env, agent, start + k]
                     choice = k
         else:
-            u = rng.uniform(s.rng_state, env, agent)
-            total = numba.float32(0.0)
-            for k in range(n):
-                total += s.probs[env, agent, start + k]
-            target = u * total  # probabilities need not sum exactly to 1
+            target = rng.uniform(s.rng_state, env, agent) * total  # weights need not sum to 1
             cumulative = numba.float32(0.0)
             choice = -1
             for k in range(n):
-                weight = s.probs[env, agent, start + k]
+                weight = _weight(s, p, env, agent, start + k)
                 cumulative += weight
                 if weight > 0:
                     choice = k  # last positive-weight index: a rounding-proof fallback
@@ -46,6 +64,12 @@ def sample_agent(env, agent, s, p):
             if choice < 0:
                 choice = 0
         s.actions[env, agent, c] = choice
+        if p.log_space:
+            log_prob += s.probs[env, agent, start + choice]
+        else:
+            log_prob += numba.float32(math.log(numba.float64(s.probs[env, agent, start + choice]))
+                                      - math.log(numba.float64(total)))
+    s.log_prob[env, agent] = log_prob
 
 
 SAMPLE_SPEC = KernelSpec.of("sample_actions", agent_phase(sample_agent),
@@ -56,8 +80,13 @@ class ActionSampler:
     """`sampler.sample(probs)` -> (num_envs, num_agents, len(nvec)) int32 actions.
 
     `probs` is (num_envs, num_agents, sum(action_nvec)) float32 on the env's
-    device: the components' probability vectors side by side. The returned
-    tensor is the sampler's own buffer, overwritten by the next call.
+    device: the components' probability vectors side by side (weights that
+    need not sum to 1), or with `log_space=True` their log-probabilities
+    (e.g. a policy's log-softmax, read without an exp pass over the tensor).
+    The returned tensor is the sampler's own buffer, overwritten by the next
+    call; so is `sampler.log_prob` (num_envs, num_agents): the log-probability
+    of the drawn actions under `probs`, summed over components (the given
+    values themselves in log space).
     """
 
     def __init__(self, env):
@@ -70,24 +99,30 @@ class ActionSampler:
         self.width = int(nvec.sum())
         self.actions = torch.zeros((env.num_envs, env.num_agents, len(nvec)),
                                    dtype=torch.int32, device=env.device)
+        self.log_prob = torch.zeros((env.num_envs, env.num_agents), device=env.device)
         self._fixed = [self.backend.view(t) for t in
-                       (env.rng_state, self.actions, self._nvec, self._offsets)]
-        self._arrays_type = namedtuple_type("SamplerArrays",
-                                            ("rng_state", "actions", "nvec", "offsets", "probs"))
+                       (env.rng_state, self.actions, self.log_prob, self._nvec, self._offsets)]
+        self._arrays_type = namedtuple_type(
+            "SamplerArrays", ("rng_state", "actions", "log_prob", "nvec", "offsets", "probs"))
         # The sizes ride along as parameters for the CUDA C kernel, which gets bare pointers.
-        self._params_type = namedtuple_type("SamplerParams", ("argmax", "num_components", "width"))
+        self._params_type = namedtuple_type(
+            "SamplerParams", ("argmax", "log_space", "num_components", "width"))
         self._sizes = (np.int32(len(nvec)), np.int32(self.width))
         # Compile for the argument types now (a tiny probs tensor has the same type).
         example_probs = torch.zeros((1, 1, self.width), device=env.device)
         self._kernel = self.backend.compile(
             SAMPLE_SPEC, self._arrays_type(*self._fixed, self.backend.view(example_probs)),
-            self._params_type(np.bool_(False), *self._sizes))
+            self.params(False, False))
         self._last = (None, None)  # (probs tensor, its arrays tuple): reuse views
 
-    def sample(self, probs: torch.Tensor, argmax: bool = False) -> torch.Tensor:
+    def params(self, argmax: bool, log_space: bool):
+        return self._params_type(np.bool_(argmax), np.bool_(log_space), *self._sizes)
+
+    def sample(self, probs: torch.Tensor, argmax: bool = False,
+               log_space: bool = False) -> torch.Tensor:
         arrays = self._arrays_for(probs)
         self._kernel(self.env.num_envs, self.env.num_agents, arrays,
-                     self._params_type(np.bool_(argmax), *self._sizes))
+                     self.params(argmax, log_space))
         return self.actions
 
     def _arrays_for(self, probs):

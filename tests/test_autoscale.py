@@ -4,10 +4,10 @@ import math
 import pytest
 import yaml
 
-from gpusim import autoscale
-from gpusim.autoscale import Searcher, largest_passing, parse_size
 from gpusim.backends import get_backend
 from gpusim.errors import GpusimError
+from gpusim.scale import search
+from gpusim.scale.search import Searcher, fastest, largest_passing, parse_size
 
 
 def predicate(limit, log):
@@ -57,6 +57,63 @@ def test_search_stops_starting_trials_after_its_time_limit():
     tried = []
     best, _ = largest_passing(predicate(10**9, tried), 10**6, time_limit_s=0.0)
     assert best == 1 and tried == [1]  # the first trial always runs
+
+
+# ---- the throughput objective on injected throughput curves ---------------------------
+def saturating(n):
+    """Throughput that grows linearly at first and saturates (gains 5% per doubling at ~950)."""
+    return 1000.0 * n / (1 + n / 100)
+
+
+def test_fastest_stops_where_doubling_stops_paying():
+    pick, rates = fastest(saturating, cap=65536, saturation=0.05)
+    assert 512 <= pick <= 2048
+    assert saturating(pick) / saturating(pick // 2) >= 1.05      # the last doubling paid
+    assert saturating(2 * pick) / saturating(pick) < 1.05        # the next one would not
+    assert max(rates) < 4096 and len(rates) <= 2 * 16 + 2       # never filled the cap
+
+
+def test_fastest_respects_memory():
+    def fits_below_300(n):
+        return saturating(n) if n <= 300 else None
+    pick, rates = fastest(fits_below_300, cap=65536, saturation=0.05)
+    assert 256 <= pick <= 300
+    assert all(rate is None for n, rate in rates.items() if n > 300)
+    assert any(n > 300 for n in rates)  # it looked past the memory limit and stopped
+
+
+def test_fastest_with_noise_free_flat_curve_keeps_the_smallest():
+    pick, rates = fastest(lambda n: 5.0, cap=1024, saturation=0.05)
+    assert pick == 1 and sorted(rates) == [1, 2]
+
+
+def test_fastest_edge_cases():
+    assert fastest(lambda n: None, cap=64, saturation=0.05)[0] == 0  # start does not fit
+    assert fastest(lambda n: float(n), cap=100, saturation=0.05)[0] == 100  # linear: the cap
+    pick, rates = fastest(lambda n: float(n), cap=10**6, saturation=0.05, time_limit_s=0.0)
+    assert pick == 1 and list(rates) == [1]
+    pick, _ = fastest(lambda n: float(min(n, 4096)), cap=65536, saturation=0.05, start=1024)
+    assert pick == 4096
+    with pytest.raises(GpusimError, match="search start"):
+        fastest(lambda n: 1.0, cap=8, saturation=0.05, start=16)
+
+
+def test_rollout_respects_the_learning_floor_and_the_time_limit():
+    from gpusim.envs import env_class
+    from gpusim.training.autoscale import rollout_floor
+    from gpusim.training.config import load_run_config
+    cls = env_class("tag_continuous")
+
+    def floor(rollout_len, time_limit, **scale):
+        config = load_run_config("tag_continuous", cls, overrides={
+            "trainer.rollout_len": rollout_len, **{f"scale.{k}": v for k, v in scale.items()}})
+        return rollout_floor(config, time_limit)
+    assert floor(8, 500) == 32               # raised to scale.min_rollout_len
+    assert floor(64, 500) == 64              # the config's, when above the floor
+    assert floor(8, 20) == 20                # the floor is capped at the episode length
+    assert floor(8, None) == 32              # no declared time limit
+    assert floor(8, 500, min_rollout_len=16) == 16
+    assert floor(200, 500, max_rollout_len=128) == 128
 
 
 class FakeBackend:
@@ -126,15 +183,15 @@ def test_parse_size_rejects(text):
         parse_size(text)
 
 
-def test_auto_scale_run_picks_fit_and_next_step_up_does_not(tmp_path, capsys):
-    """A real `--auto_scale` on tag_continuous under a small budget."""
+def test_memory_objective_picks_fit_and_next_step_up_does_not(tmp_path, capsys):
+    """A real `--auto_scale` (objective memory) on tag_continuous under a small budget."""
     from gpusim.train import main
     code = main(["--env", "tag_continuous", "--backend", "cpu", "--auto_scale",
                  "--memory_budget", "48MiB", "--total_steps", "2000", "--quiet",
                  "--results_dir", str(tmp_path),
                  "--set", "env.num_taggers=2", "--set", "env.num_runners=6",
-                 "--set", "env.num_other_agents_observed=4",
-                 "--set", "scale.max_rollout_len=64"])
+                 "--set", "env.num_other_agents_observed=4", "--set", "scale.objective=memory",
+                 "--set", "scale.max_rollout_len=64", "--set", "scale.min_rollout_len=8"])
     out = capsys.readouterr().out
     assert code == 0, out
     (run_dir,) = tmp_path.iterdir()
@@ -169,6 +226,40 @@ def test_auto_scale_run_picks_fit_and_next_step_up_does_not(tmp_path, capsys):
     assert (rerun.trainer.num_envs, rerun.trainer.rollout_len) == (num_envs, rollout_len)
 
 
+def test_throughput_objective_run_reports_every_trial_and_its_speedup(tmp_path, capsys):
+    """A real `--auto_scale` (the default throughput objective) on a small tag_continuous."""
+    from gpusim.train import main
+    code = main(["--env", "tag_continuous", "--backend", "cpu", "--auto_scale",
+                 "--memory_budget", "2GiB", "--total_steps", "3000", "--quiet",
+                 "--results_dir", str(tmp_path), "--set", "trainer.num_envs=4",
+                 "--set", "trainer.rollout_len=8",
+                 "--set", "env.num_taggers=2", "--set", "env.num_runners=6",
+                 "--set", "env.num_other_agents_observed=4", "--set", "env.episode_length=20",
+                 "--set", "scale.max_num_envs=64", "--set", "scale.trial_iterations=1"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    (run_dir,) = tmp_path.iterdir()
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    report = config["auto_scale_report"]
+    assert report["objective"] == "throughput"
+    assert config["trainer"]["num_envs"] == report["num_envs"]
+    assert config["trainer"]["rollout_len"] == report["rollout_len"] == 20  # floor capped
+    (base,) = report["trials"]["baseline"]
+    assert base["value"] == 4 and base["ok"] and base["info"]["env_steps_per_s"] > 0
+    trials = {t["value"]: t for t in report["trials"]["num_envs"]}
+    assert all(t["peak_bytes"] is not None for t in trials.values())
+    pick = report["num_envs"]
+    rate = {v: t["info"]["env_steps_per_s"] for v, t in trials.items() if t["ok"]}
+    if pick < 64:  # it stopped because a larger value did not fit or gained too little
+        assert any(v > pick for v in trials)
+    assert report["speedup_over_config"] == pytest.approx(
+        report["trial_env_steps_per_s"] / report["baseline_env_steps_per_s"], rel=0.01)
+    assert f"{report['speedup_over_config']:.2f}x the config's" in out
+    if report["speedup_over_config"] < 1.5:
+        assert "below 1.5x the config because" in out and report["why_not_faster"]
+    assert rate[1] > 0 and report["final_env_steps_per_s"] > 0
+
+
 @pytest.mark.parametrize("argv,message", [
     (["--memory_budget", "1GiB"], "add --auto_scale"),
     (["--auto_scale", "--num_envs", "8"], "drop --num_envs"),
@@ -183,8 +274,8 @@ def test_auto_scale_flag_errors(argv, message, capsys, tmp_path):
 
 
 def test_format_size():
-    assert autoscale.format_size(3 * 2**30) == "3.00 GiB"
-    assert autoscale.format_size(None) == "-"
+    assert search.format_size(3 * 2**30) == "3.00 GiB"
+    assert search.format_size(None) == "-"
 
 
 def test_auto_scale_with_two_processes_agrees_on_the_picks(tmp_path):
@@ -203,7 +294,7 @@ def test_auto_scale_with_two_processes_agrees_on_the_picks(tmp_path):
          "--quiet", "--results_dir", str(tmp_path), "--set", "env.num_taggers=2",
          "--set", "env.num_runners=6", "--set", "env.num_other_agents_observed=4",
          "--set", "scale.max_num_envs=256", "--set", "scale.max_rollout_len=16",
-         "--set", "scale.min_rollout_len=1"],
+         "--set", "scale.min_rollout_len=1", "--set", "scale.objective=memory"],
         capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.count("auto-scale picked") == 1  # rank 0 alone reports

@@ -1,13 +1,33 @@
 """Config loading: YAML, unknown keys, bad values, each a one-line error naming the key."""
+import dataclasses
+
 import pytest
 
 from gpusim.config import from_dict, load_yaml
+from gpusim.envs import builtin_names, env_class
 from gpusim.envs.tag_continuous.config import TagContinuousConfig
 from gpusim.errors import ConfigError
+from gpusim.scale.config import ScaleConfig
+from gpusim.training.config import PolicyConfig, TrainerConfig, recipe_path
 
 
-def test_shipped_yaml_matches_the_spec_defaults():
+def test_env_defaults_are_the_dataclass_defaults():
     assert TagContinuousConfig.load() == TagContinuousConfig()
+
+
+@pytest.mark.parametrize("name", builtin_names())
+def test_recipes_hold_only_what_differs_from_the_defaults(name):
+    """Defaults are written once: a recipe key equal to its dataclass default is a copy."""
+    cls = env_class(name)
+    assert cls.name == name  # the folder name is the env's name
+    defaults = {"env": cls.config_class(), "trainer": TrainerConfig(), "policy": PolicyConfig(),
+                "scale": ScaleConfig()}
+    for section, values in load_yaml(recipe_path(cls)).items():
+        fields = dataclasses.asdict(defaults[section])
+        for key, value in values.items():
+            default = fields[key]
+            same = list(default) == list(value) if isinstance(default, tuple) else default == value
+            assert not same, f"{name}/config.yaml repeats the default {section}.{key}"
 
 
 @pytest.mark.parametrize("data, message", [

@@ -34,9 +34,10 @@ from cuda_host.host_backend import (HostCBackend, build_library, call, compiler_
                                     race_check, tsan_problem)
 from gpusim import ActionSampler, get_backend
 from gpusim.backends import pycuda_backend
-from gpusim.backends.pycuda_backend import (PyCUDABackend, TensorPointer, argument_format,
-                                            find_nvcc, kernel_dir, kernel_signature,
-                                            kernel_signatures, kernel_source, nvcc_command)
+from gpusim.backends.cuda_c import (TensorPointer, argument_format, find_nvcc, kernel_dir,
+                                    kernel_signature, kernel_signatures, kernel_source,
+                                    nvcc_command)
+from gpusim.backends.pycuda_backend import PyCUDABackend
 from gpusim.envs.tag_continuous.env import TagContinuous
 from gpusim.errors import BackendError
 from gpusim.sampler import SAMPLE_SPEC
@@ -100,7 +101,7 @@ def test_sampler_signature_follows_the_sampler_arrays_and_params():
     sampler = ActionSampler(env)
     probs = torch.zeros((2, 2, sampler.width))
     arrays = sampler._arrays_for(probs)
-    params = sampler._params_type(np.bool_(False), *sampler._sizes)
+    params = sampler.params(False, False)
     dtypes = [torch.from_numpy(a).dtype for a in arrays]
     file, _, function = SAMPLE_SPEC.cuda_c.partition(":")
     assert parsed(file, function) == expected_arguments(arrays._fields, dtypes, params._asdict())
@@ -116,20 +117,21 @@ def test_every_named_kernel_exists_and_is_packaged():
 
 def test_argument_check_names_the_difference():
     params = kernel_signature(kernel_source("sampler.cu"), "sample_actions")
-    arrays_type = namedtuple("A", ("rng_state", "actions", "nvec", "offsets", "probs"))
-    dtypes = (torch.uint64, torch.int32, torch.int32, torch.int32, torch.float32)
+    arrays_type = namedtuple("A", ("rng_state", "actions", "log_prob", "nvec", "offsets", "probs"))
+    dtypes = (torch.uint64, torch.int32, torch.float32, torch.int32, torch.int32, torch.float32)
     arrays = arrays_type(*(TensorPointer(torch.zeros(2, dtype=d)) for d in dtypes))
-    params_type = namedtuple("P", ("argmax", "num_components", "width"))
-    good = params_type(np.bool_(True), np.int32(2), np.int32(7))
-    assert argument_format(params, arrays, good, "k") == "PPPPP?ii"
-    with pytest.raises(BackendError, match="parameter 6 is 'int num_components' but the env "
+    params_type = namedtuple("P", ("argmax", "log_space", "num_components", "width"))
+    good = params_type(np.bool_(True), np.bool_(False), np.int32(2), np.int32(7))
+    assert argument_format(params, arrays, good, "k") == "PPPPPP??ii"
+    with pytest.raises(BackendError, match="parameter 8 is 'int num_components' but the env "
                                            "passes 'long long num_components'"):
-        argument_format(params, arrays, params_type(np.bool_(True), np.int64(2), np.int32(7)), "k")
-    swapped = namedtuple("P2", ("argmax", "width", "num_components"))(
-        np.bool_(True), np.int32(7), np.int32(2))
-    with pytest.raises(BackendError, match="parameter 6"):
+        argument_format(params, arrays, params_type(np.bool_(True), np.bool_(False), np.int64(2),
+                                                    np.int32(7)), "k")
+    swapped = namedtuple("P2", ("argmax", "log_space", "width", "num_components"))(
+        np.bool_(True), np.bool_(False), np.int32(7), np.int32(2))
+    with pytest.raises(BackendError, match="parameter 8"):
         argument_format(params, arrays, swapped, "k")
-    with pytest.raises(BackendError, match="has 8 parameters but is launched with 7"):
+    with pytest.raises(BackendError, match="has 10 parameters but is launched with 8"):
         argument_format(params, arrays, namedtuple("P3", ("argmax", "width"))(True, 7), "k")
 
 
@@ -152,7 +154,7 @@ def test_signature_parser_reads_qualifiers_and_launch_bounds():
 def test_a_kernel_that_does_not_fit_the_env_fails_at_construction(host_backend):
     class Drifted(TagContinuous):
         cuda_c_step = "sampler.cu:sample_actions"
-    with pytest.raises(BackendError, match="sample_actions .* has 8 parameters but is "
+    with pytest.raises(BackendError, match="sample_actions .* has 10 parameters but is "
                                            "launched with 42 .*obs, final_obs"):
         Drifted(num_envs=1, backend=host_backend, config=Drifted.config_class.load())
 
@@ -261,8 +263,9 @@ def test_cuda_c_matches_reference(host_backend, name):
 def sample_trajectory(env, trials):
     sampler = ActionSampler(env)
     out = []
-    for probs, argmax in trials:
-        out.append((sampler.sample(probs, argmax=argmax).clone(), env.rng_state.clone()))
+    for probs, argmax, log_space in trials:
+        actions = sampler.sample(probs, argmax=argmax, log_space=log_space).clone()
+        out.append((actions, sampler.log_prob.clone(), env.rng_state.clone()))
     return out
 
 
@@ -278,10 +281,15 @@ def test_cuda_c_sampler_matches_portable_sampler(host_backend):
             probs = rng.random((4, host.num_agents, width)).astype(np.float32)
             probs[rng.random(probs.shape) < 0.4] = 0  # zero weights, sometimes all of them
             probs[:, 0] *= 50  # unnormalised weights
-            trials.append((torch.from_numpy(probs), trial % 4 == 3))  # every 4th: argmax
-        for k, ((a, s), (b, t)) in enumerate(zip(sample_trajectory(host, trials),
-                                                 sample_trajectory(cpu, trials))):
+            log_space = trial % 3 == 2  # every 3rd: log-probabilities (of -inf when 0)
+            if log_space:
+                with np.errstate(divide="ignore"):
+                    probs = np.log(probs / probs.sum(-1, keepdims=True).clip(1e-30))
+            trials.append((torch.from_numpy(probs), trial % 4 == 3, log_space))  # 4th: argmax
+        for k, ((a, lp, s), (b, lq, t)) in enumerate(zip(sample_trajectory(host, trials),
+                                                         sample_trajectory(cpu, trials))):
             assert torch.equal(a, b) and torch.equal(s, t), f"trial {k}"
+            assert torch.allclose(lp, lq, equal_nan=True, atol=0, rtol=0), f"trial {k}"
         assert host.rng_state.ne(make_tag(num_envs=4, seed=5, **config).rng_state).any()
 
 
@@ -318,8 +326,8 @@ def test_cuda_c_kernels_have_no_data_races(tsan_dir):
     sampler = ActionSampler(env)
     probs = torch.from_numpy(rng.random((3, env.num_agents, sampler.width), dtype=np.float32))
     arrays = list(sampler._arrays_for(probs))
-    launches = [("sample_actions", arrays, [np.bool_(argmax), *sampler._sizes])
-                for argmax in (False, True)]
+    launches = [("sample_actions", arrays, list(sampler.params(argmax, log_space)))
+                for argmax in (False, True) for log_space in (False, True)]
     report = race_check(kernel_source("sampler.cu"), "sampler.cu", launches, 3, env.num_agents,
                         tsan_dir, kernel_dir(), repeats=2)
     assert report == "", report
@@ -418,15 +426,15 @@ def test_pycuda_launch_protocol_with_a_stand_in_driver(monkeypatch):
     backend.device, backend._context = torch.device("cpu"), Context()
     backend._drv = type("Driver", (), {"Context": Context})
     params = kernel_signature(kernel_source("sampler.cu"), "sample_actions")
-    launch = pycuda_backend._Launch(backend, Kernel(), params, "sample_actions", 64)
-    arrays = namedtuple("A", ("rng_state", "actions", "nvec", "offsets", "probs"))(*(
+    launch = pycuda_backend.PyCUDAKernel(backend, Kernel(), params, "sample_actions", 64)
+    arrays = namedtuple("A", ("rng_state", "actions", "log_prob", "nvec", "offsets", "probs"))(*(
         TensorPointer(torch.zeros(1, dtype=d)) for d in
-        (torch.uint64, torch.int32, torch.int32, torch.int32, torch.float32)))
-    scalars = namedtuple("P", ("argmax", "num_components", "width"))(
-        np.bool_(False), np.int32(2), np.int32(7))
+        (torch.uint64, torch.int32, torch.float32, torch.int32, torch.int32, torch.float32)))
+    scalars = namedtuple("P", ("argmax", "log_space", "num_components", "width"))(
+        np.bool_(False), np.bool_(False), np.int32(2), np.int32(7))
     launch(5, 3, arrays, scalars)  # on torch's default stream: the legacy default stream
     call = ("launch", (5, 1), (3, 1, 1), None, (*arrays, *scalars))
-    assert log == [("prepare", "PPPPP?ii"), "push", call, "pop"]
+    assert log == [("prepare", "PPPPPP??ii"), "push", call, "pop"]
     log.clear()
     streams["current"] = Stream("side", 77)  # inside torch.cuda.stream(side)
     launch(5, 3, arrays, scalars)

@@ -13,10 +13,12 @@ import pytest
 import torch
 import torch.distributed as tdist
 
-from gpusim import cache, distributed, messenger
+from gpusim import cache
+from gpusim.backends import set_build_once
 from gpusim.envs.cartpole.env import CartPole
 from gpusim.errors import BackendError, GpusimError
 from gpusim.kernels import KernelSpec, agent_phase
+from gpusim.scale import distributed, messenger
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -42,7 +44,7 @@ def free_port() -> int:
 # ---- DDP with gloo ---------------------------------------------------------------------
 def ddp_worker(out_dir):
     """One rank: train a few iterations, then save what the test compares."""
-    from gpusim.device import DeviceContext
+    from gpusim.scale.device import DeviceContext
     from gpusim.training.config import load_run_config
     from gpusim.training.trainer import Trainer
     context = DeviceContext.from_environment()
@@ -50,7 +52,7 @@ def ddp_worker(out_dir):
     distributed.init(context, timeout_s=60)
     config = load_run_config("cartpole", CartPole, overrides={
         "trainer.num_envs": 4, "trainer.rollout_len": 8, "trainer.total_steps": 4 * 8 * 2 * 3})
-    trainer = Trainer(config, CartPole, backend=context.backend, distributed=True)
+    trainer = Trainer(config, CartPole, context)
     first_rng = trainer.env.rng_state.clone()
     summary = trainer.train()
     torch.save({"params": {g.name: g.model.state_dict() for g in trainer.groups},
@@ -237,14 +239,14 @@ def test_compile_error_on_rank_zero_reaches_waiting_ranks(store):
             errors[1] = str(exc)
     thread = threading.Thread(target=rank1)
     thread.start()
-    messenger.install(client(store, 0))
+    set_build_once(client(store, 0).once)
     try:
         import collections
         views = collections.namedtuple("S", "obs")(np.zeros((1, 1, 1), np.float32))
         with pytest.raises(BackendError, match="compiling kernel 'broken_kernel'") as raised:
             backend.compile(spec, views, collections.namedtuple("P", "x")(np.float32(0)))
     finally:
-        messenger.install(None)
+        set_build_once(None)
     thread.join(timeout=30)
     assert "undefined_name" in str(raised.value)  # the compiler's own message
     assert "'compile cpu broken_kernel' failed on rank 0" in errors[1]

@@ -162,9 +162,10 @@ def test_pycuda_runs_a_full_block_of_1024_agents():
 
 def test_pycuda_cubin_comes_from_the_user_cache(tmp_path, monkeypatch):
     from gpusim.backends import pycuda_backend
+    from gpusim.backends.cuda_c import kernel_source
     monkeypatch.setenv("GPUSIM_CACHE_DIR", str(tmp_path))
     backend = pycuda_backend.PyCUDABackend(0)
-    source = pycuda_backend.kernel_source("tag_continuous.cu")
+    source = kernel_source("tag_continuous.cu")
     first = backend._cubin("tag_continuous.cu", source)
     assert list(tmp_path.glob("pycuda/*/tag_continuous.cubin"))
 

@@ -50,6 +50,39 @@ def test_unnormalised_weights_are_normalised():
     assert counts[1] == 0 and abs(counts[0] - counts[2]) < 0.1 * counts.sum()
 
 
+def test_log_space_draws_follow_the_softmax_and_report_their_log_prob():
+    env = make_tag(num_envs=4000, **TINY)
+    sampler = ActionSampler(env)
+    logits = torch.tensor([[1.0, -2.0, 0.5, 0.0, 3.0, -1.0, 0.2],
+                           [0.0, 0.0, 0.0, -0.5, 0.5, 1.5, -3.0]])
+    log_probs = torch.cat([torch.log_softmax(logits[:, :3], -1),
+                           torch.log_softmax(logits[:, 3:], -1)], -1)
+    given = probs_for(env, log_probs)
+    actions = sampler.sample(given, log_space=True).long()
+    # the reported log-prob is the sum of the given entries at the drawn actions
+    chosen = given[..., :3].gather(-1, actions[..., :1]) + \
+        given[..., 3:].gather(-1, actions[..., 1:])
+    assert torch.equal(sampler.log_prob, chosen.squeeze(-1))
+    for agent in range(2):
+        for lo, hi, c in ((0, 3, 0), (3, 7, 1)):
+            observed = np.bincount(actions[:, agent, c].numpy(), minlength=hi - lo)
+            expected = log_probs[agent, lo:hi].double().exp().numpy() * env.num_envs
+            assert stats.chisquare(observed, expected / expected.sum() * observed.sum()
+                                   ).pvalue > 1e-4
+
+
+def test_probability_space_log_prob_is_of_the_normalised_weights():
+    env = make_tag(num_envs=50, **TINY)
+    sampler = ActionSampler(env)
+    probs = probs_for(env, [[2.0, 1.0, 1.0, 1.0, 3.0, 0.0, 4.0]] * 2)
+    actions = sampler.sample(probs).long()
+    p = probs / torch.cat([probs[..., :3].sum(-1, keepdim=True).expand(-1, -1, 3),
+                           probs[..., 3:].sum(-1, keepdim=True).expand(-1, -1, 4)], -1)
+    want = p[..., :3].gather(-1, actions[..., :1]).log() + \
+        p[..., 3:].gather(-1, actions[..., 1:]).log()
+    assert torch.allclose(sampler.log_prob, want.squeeze(-1), atol=1e-6)
+
+
 def test_argmax_mode_picks_the_first_largest():
     env = make_tag(num_envs=5, **TINY)
     probs = torch.rand((5, 2, 7))
@@ -64,9 +97,13 @@ def test_sampling_is_reproducible_and_same_on_cudasim():
     draws = []
     for backend in ("cpu", "cpu", "cudasim"):
         env = make_tag(num_envs=2, backend=backend, seed=5, **TINY)
+        sampler = ActionSampler(env)
         probs = probs_for(env, np.full((2, 7), 0.25, dtype=np.float32))
-        draws.append(ActionSampler(env).sample(probs).clone())
-    assert torch.equal(draws[0], draws[1]) and torch.equal(draws[0], draws[2])
+        log_probs = probs_for(env, np.log(np.arange(1, 15, dtype=np.float32).reshape(2, 7) / 8))
+        draws.append((sampler.sample(probs).clone(),
+                      sampler.sample(log_probs, log_space=True).clone(), sampler.log_prob.clone()))
+    for other in draws[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(draws[0], other))
 
 
 def test_sampled_actions_step_the_env():

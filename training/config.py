@@ -1,4 +1,9 @@
-"""Run configuration: the `env`, `trainer` and `policy` sections of an env's config.yaml."""
+"""Run configuration: the `env`, `trainer`, `policy` and `scale` sections.
+
+Defaults are written once, in the dataclasses (an env's in its config
+dataclass). An env's `config.yaml`, its training recipe, holds only what
+differs from them; `recipe_path` is the one rule that finds it.
+"""
 from __future__ import annotations
 
 import inspect
@@ -7,11 +12,13 @@ from pathlib import Path
 
 import yaml
 
-from gpusim.autoscale import parse_size
 from gpusim.backends import BACKEND_NAMES
 from gpusim.cache import atomic_write
 from gpusim.config import from_dict, load_yaml, require, to_dict
-from gpusim.errors import ConfigError, GpusimError
+from gpusim.errors import ConfigError
+from gpusim.scale.config import ScaleConfig
+
+from .acceleration import COMPILE_MODES, PRECISIONS
 
 ALGORITHMS = ("ppo", "a2c")
 ACTIVATIONS = ("tanh", "relu")
@@ -37,6 +44,10 @@ class TrainerConfig:
     ent_coef: float = 0.01
     max_grad_norm: float = 0.5
     norm_adv: bool = True
+    max_minibatch_rows: int = 65536  # rows per forward/backward chunk of a minibatch: bounds
+                                     # activation memory; chunk gradients are accumulated
+    precision: str = "auto"        # auto (bf16 on a CUDA GPU, fp32 on the CPU) | fp32 | tf32 | bf16
+    compile: str = "auto"          # torch.compile: auto (on CUDA GPUs) | on | off
     checkpoint_every: int = 10     # iterations
     target_return: float | None = None  # stop once every policy's mean return over the
                                         # last 100 finished episodes reaches this
@@ -45,8 +56,11 @@ class TrainerConfig:
     def check(self):
         require(self.algorithm in ALGORITHMS, "trainer.algorithm", f"must be one of {ALGORITHMS}")
         require(self.backend in BACKEND_NAMES, "trainer.backend", f"must be one of {BACKEND_NAMES}")
+        require(self.precision in PRECISIONS, "trainer.precision", f"must be one of {PRECISIONS}")
+        require(self.compile in COMPILE_MODES, "trainer.compile",
+                f"must be one of {COMPILE_MODES}")
         for key in ("num_envs", "rollout_len", "total_steps", "update_epochs",
-                    "num_minibatches", "checkpoint_every"):
+                    "num_minibatches", "checkpoint_every", "max_minibatch_rows"):
             require(getattr(self, key) >= 1, f"trainer.{key}", "must be at least 1")
         require(self.seed >= 0, "trainer.seed", "must be >= 0")
         require(self.lr > 0, "trainer.lr", "must be positive")
@@ -66,6 +80,10 @@ class TrainerConfig:
     def steps_per_iteration(self) -> int:
         return self.num_envs * self.rollout_len
 
+    def num_iterations(self, world_size: int = 1) -> int:
+        """Iterations in the run: total_steps counts the steps of every process."""
+        return max(1, self.total_steps // (self.steps_per_iteration * world_size))
+
 
 @dataclass(frozen=True)
 class PolicyConfig:
@@ -77,40 +95,6 @@ class PolicyConfig:
                 "policy.hidden_sizes", "must be a non-empty list of positive sizes")
         require(self.activation in ACTIVATIONS, "policy.activation",
                 f"must be one of {ACTIVATIONS}")
-
-
-@dataclass(frozen=True)
-class ScaleConfig:
-    """Multi-process runs and `--auto_scale` (see gpusim.autoscale)."""
-    memory_budget: str | None = None  # e.g. "2GiB" per process; default below
-    cpu_memory_fraction: float = 0.5  # default CPU budget: this share of free RAM
-    headroom: float = 0.1            # share of the budget no trial may use
-    env_share: float = 0.25          # share the replica search may fill; the rest is
-                                     # left for the training batch of the second search
-    max_num_envs: int = 65536
-    max_rollout_len: int = 1024
-    min_rollout_len: int = 8         # fewer steps make poor PPO batches: halve num_envs
-                                     # until a batch of this many steps fits
-    env_trial_steps: int = 5         # steps after reset in a replica-count trial
-    time_limit_s: float = 900.0      # whole search: no new trial starts after this
-    timeout_s: float = 600.0         # how long ranks wait for each other (compiles, rendezvous)
-
-    def check(self):
-        if self.memory_budget is not None:
-            try:
-                parse_size(self.memory_budget)
-            except GpusimError as exc:
-                raise ConfigError(f"config key 'scale.memory_budget': {exc}") from None
-        require(0 < self.cpu_memory_fraction <= 1, "scale.cpu_memory_fraction",
-                "must lie in (0, 1]")
-        require(0 <= self.headroom < 1, "scale.headroom", "must lie in [0, 1)")
-        require(0 < self.env_share <= 1, "scale.env_share", "must lie in (0, 1]")
-        for key in ("max_num_envs", "max_rollout_len", "min_rollout_len", "env_trial_steps"):
-            require(getattr(self, key) >= 1, f"scale.{key}", "must be at least 1")
-        require(self.min_rollout_len <= self.max_rollout_len, "scale.min_rollout_len",
-                "must not exceed scale.max_rollout_len")
-        for key in ("time_limit_s", "timeout_s"):
-            require(getattr(self, key) > 0, f"scale.{key}", "must be positive")
 
 
 @dataclass(frozen=True)
@@ -138,18 +122,21 @@ class RunConfig:
 SECTIONS = ("env", "trainer", "policy", "scale")
 
 
+def recipe_path(env_class) -> Path | None:
+    """The env's training recipe: `config.yaml` beside the module defining its class, if any."""
+    path = Path(inspect.getfile(env_class)).with_name("config.yaml")
+    return path if path.is_file() else None
+
+
 def load_run_config(env_name: str, env_class, path=None, overrides: dict | None = None,
                     sets: list | None = None) -> RunConfig:
-    """Resolve a run's config: file (default: the env's config.yaml), then flags, then --set.
+    """Resolve a run's config: defaults, the file (default: the env's recipe), flags, --set.
 
     `overrides` maps "section.key" to values from the CLI flags; `sets` are
     "section.key=value" strings. Unknown sections and keys are errors.
     """
-    default_path = Path(inspect.getfile(env_class)).with_name("config.yaml")
-    if path is None and not default_path.is_file():
-        data = {}  # a user's env without a config.yaml: all defaults
-    else:
-        data = load_yaml(path or default_path)
+    path = path or recipe_path(env_class)
+    data = {} if path is None else load_yaml(path)  # no recipe: all defaults
     data.pop("env_name", None)
     data.pop("auto_scale_report", None)  # a record of a past search, not a setting
     for section in data:
@@ -172,7 +159,7 @@ def load_run_config(env_name: str, env_class, path=None, overrides: dict | None 
 
 def load_run_dir_config(run_dir, overrides: dict | None = None):
     """(env class, RunConfig) of a run directory, from the config.yaml it saved."""
-    from gpusim.registry import env_class
+    from gpusim.envs import env_class
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
         raise ConfigError(f"{run_dir} is not a run directory (no config.yaml)")

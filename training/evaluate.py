@@ -5,7 +5,7 @@ from pathlib import Path
 
 import torch
 
-from gpusim import ActionSampler
+from gpusim.sampler import ActionSampler
 
 from . import checkpoint
 from .config import load_run_dir_config

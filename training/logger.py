@@ -35,12 +35,11 @@ def _jsonable(value):
 class RunLogger:
     """Writes what a run produces. Only one process (rank 0) ever holds one."""
 
-    def __init__(self, run_dir: Path, total_iterations: int, policies, quiet: bool = False):
+    def __init__(self, run_dir: Path, total_iterations: int, quiet: bool = False):
         self.run_dir = Path(run_dir)
         self.checkpoint_dir = self.run_dir / "checkpoints"
         self.metrics_path = self.run_dir / "metrics.jsonl"
         self.total = total_iterations
-        self.policies = list(policies)
         self.quiet = quiet
         self.tensorboard = ScalarWriter(self.run_dir / "tensorboard")
         self._tty = sys.stderr.isatty()
@@ -72,8 +71,8 @@ class RunLogger:
         done = it / self.total
         bar = "#" * int(20 * done) + "." * (20 - int(20 * done))
         returns = " ".join(
-            f"{p}={m[f'episode_return/{p}']:.2f}" if m.get(f"episode_return/{p}") is not None
-            else f"{p}=n/a" for p in self.policies)
+            f"{key.split('/', 1)[1]}=" + ("n/a" if value is None else f"{value:.2f}")
+            for key, value in m.items() if key.startswith("episode_return/"))
         line = (f"[{bar}] {it}/{self.total} | {m['env_steps']:,} steps | "
                 f"{m['env_steps_per_s']:,.0f} steps/s | return {returns}")
         end = "\r" if self._tty and it != self.total else "\n"

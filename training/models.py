@@ -31,13 +31,17 @@ class ActorCritic(nn.Module):
         self.critic = mlp([obs_dim] + hidden + [1], activation, 1.0)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic(obs).squeeze(-1)
+        return self.critic(obs).squeeze(-1).float()
 
     def log_probs(self, obs: torch.Tensor) -> list:
-        """Per component, log-probabilities over its choices."""
-        logits = self.actor(obs)
+        """Per component, log-probabilities over its choices (fp32 under autocast too)."""
+        logits = self.actor(obs).float()
         return [torch.log_softmax(part, dim=-1)
                 for part in torch.split(logits, self.action_nvec, dim=-1)]
+
+    def act(self, obs: torch.Tensor):
+        """What a rollout step needs: (log-probabilities side by side, value)."""
+        return torch.cat(self.log_probs(obs), -1), self.value(obs)
 
     def evaluate(self, obs, actions):
         """(log-prob of `actions`, entropy, value), summed over action components."""

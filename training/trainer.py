@@ -4,43 +4,60 @@ Read top to bottom: `Trainer.train` alternates `collect` (a rollout of
 `rollout_len` steps over all replicas, under no_grad, actions sampled on the
 device, no host sync per step) and `update` (per policy: GAE, then epochs of
 shuffled minibatches of the clipped PPO loss). Each policy in `env.policies`
-has its own model and optimizer, shared by all of its agents.
+has its own model and optimizer, shared by all of its agents, and runs on
+all of them across all replicas in one call.
 
-With several processes (`distributed=True`) each rank steps its own
-replicas (replica ids offset by rank, so their RNG streams differ), the
-models are wrapped in DistributedDataParallel so gradients are averaged,
-and finished episodes and loss statistics are shared once per iteration,
-so every rank logs the same metrics and stops at the same iteration.
+The learner runs at the device's speed (see `acceleration`): bf16 autocast
+and torch.compile where they work, and minibatches split into chunks of at
+most `max_minibatch_rows` rows whose gradients are accumulated, so the
+update never holds more activations than that, with the same gradient.
+
+With several processes (a DeviceContext with world_size > 1) each rank
+steps its own replicas (replica ids offset by rank, so their RNG streams
+differ), the models are wrapped in DistributedDataParallel so gradients are
+averaged, and finished episodes and loss statistics are shared once per
+iteration, so every rank logs the same metrics and stops at the same
+iteration.
 """
 from __future__ import annotations
 
 import collections
+import contextlib
 import time
 from dataclasses import dataclass
 
 import torch
 
-from gpusim import ActionSampler
-from gpusim import distributed as dist
 from gpusim.errors import GpusimError
+from gpusim.sampler import ActionSampler
+from gpusim.scale import distributed as dist
+from gpusim.scale.device import DeviceContext
 
 from . import losses
+from .acceleration import MaybeCompiled, compile_enabled, resolve_precision
 from .config import RunConfig
 from .models import ActorCritic
 from .timing import SectionTimer
 
 RECENT_EPISODES = 100
+LOSS_STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
 
 
 @dataclass
 class PolicyGroup:
-    """One policy: its agents (a slice when contiguous, else an index tensor), model, optimizer."""
+    """One policy: its agents, model and optimizer, and its compiled forward passes."""
     name: str
-    agents: object
-    num_agents: int
+    agents: object           # a slice when the ids are contiguous (a view), else an index tensor
+    agent_ids: torch.Tensor  # the ids as a tensor, for gathering minibatch rows
     model: ActorCritic
     optimizer: torch.optim.Optimizer
     train_model: torch.nn.Module  # the model, or its DistributedDataParallel wrapper
+    act: MaybeCompiled            # obs -> (log-probs side by side, value), for rollouts
+    evaluate: MaybeCompiled       # (obs, actions) -> (log-prob, entropy, value), for updates
+
+    @property
+    def num_agents(self) -> int:
+        return len(self.agent_ids)
 
 
 def agent_index(ids, device):
@@ -66,47 +83,139 @@ class RolloutBuffer:
         # per policy, the mean return of its agents in episodes that ended at step t
         self.episode_returns = torch.zeros((rollout_len, num_groups, env.num_envs), device=device)
 
+    def rows(self, group: PolicyGroup, index: torch.Tensor):
+        """(obs, actions, log_probs, values) of a policy's flat rows `index`.
+
+        Row i is step-and-replica i // n, agent agent_ids[i % n] (n agents in
+        the policy): only these rows are gathered, never a copy of the policy's
+        whole slice of the buffer.
+        """
+        steps_envs = self.obs.shape[0] * self.obs.shape[1]
+        n = group.num_agents
+        where = (index // n, group.agent_ids[index % n])
+        return tuple(x.view((steps_envs,) + x.shape[2:])[where]
+                     for x in (self.obs, self.actions, self.log_probs, self.values))
+
+
+class TruncationBootstrap:
+    """Adds gamma * V(final_obs) to the reward of truncated replicas, without a host sync.
+
+    Truncation is not failure, so the value of the final observation is
+    bootstrapped. Rather than running the critic on every replica's final
+    observation at every step, a truncated replica's final observation waits
+    in its slot, and the critic evaluates the slots every `interval` steps and
+    at the end of the rollout. No replica truncates twice within the env's
+    `time_limit` (so `interval` = time_limit; 1 when the env declares none),
+    so no slot is overwritten before it is read.
+    """
+
+    def __init__(self, env, rollout_len: int, gamma: float):
+        self.gamma = gamma
+        self.interval = max(1, getattr(env, "time_limit", None) or 1)
+        self.final_obs = torch.zeros_like(env.arrays["final_obs"])
+        self.pending = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
+        self.step = torch.zeros(env.num_envs, dtype=torch.long, device=env.device)
+        self.rows = torch.arange(env.num_envs, device=env.device)
+        self.rollout_len = rollout_len
+
+    def record(self, t: int, truncated: torch.Tensor, final_obs: torch.Tensor):
+        torch.where(truncated[:, None, None], final_obs, self.final_obs, out=self.final_obs)
+        self.step.masked_fill_(truncated, t)
+        self.pending |= truncated
+
+    def due(self, t: int) -> bool:
+        return (t + 1) % self.interval == 0 or t == self.rollout_len - 1
+
+    def flush(self, groups, rewards: torch.Tensor, autocast):
+        """Add the bootstrap of every pending slot to the reward of the step it truncated."""
+        bonus = torch.zeros_like(rewards[0])
+        with autocast:
+            for g in groups:
+                _, value = g.act(self.final_obs[:, g.agents])
+                bonus[:, g.agents] = value
+        bonus *= self.gamma * self.pending[:, None]
+        flat = rewards.view((-1,) + rewards.shape[2:])
+        flat.index_add_(0, self.step * rewards.shape[1] + self.rows, bonus)
+        self.pending.zero_()
+
 
 class Trainer:
-    def __init__(self, config: RunConfig, env_class, logger=None, backend=None,
-                 distributed: bool = False):
+    def __init__(self, config: RunConfig, env_class, context: DeviceContext | None = None,
+                 logger=None):
+        """`context` gives the device, backend and rank (default: a lone process on
+        `trainer.backend`); `logger` (rank 0's RunLogger, or None) receives metrics
+        and checkpoints."""
         self.config = config
         t = config.trainer
         if t.torch_threads:
             torch.set_num_threads(t.torch_threads)
         torch.manual_seed(t.seed)
-        self.distributed = distributed and dist.world_size() > 1
-        self.rank = dist.rank() if self.distributed else 0
-        self.world_size = dist.world_size() if self.distributed else 1
-        self.env = env_class(num_envs=t.num_envs, backend=backend or t.backend, seed=t.seed,
-                             config=config.env, env_offset=self.rank * t.num_envs)
+        if context is None:
+            context = DeviceContext()
+            context.bind(t.backend, quiet=True)
+        self.distributed = context.world_size > 1
+        self.rank = context.rank
+        self.world_size = context.world_size
+        self.env = env_class(num_envs=t.num_envs, backend=context.backend, seed=t.seed,
+                             config=config.env, env_offset=context.replica_offset(t.num_envs))
         env = self.env
+        self.precision = resolve_precision(t.precision, env.device)
+        use_compile = compile_enabled(t.compile, env.device)
         self.sampler = ActionSampler(env)
-        self.groups = []
-        for name, ids in env.policies.items():
-            model = ActorCritic(env.obs_dim, env.action_nvec, config.policy.hidden_sizes,
-                                config.policy.activation).to(env.device)
-            optimizer = torch.optim.Adam(model.parameters(), lr=t.lr, eps=1e-5)
-            self.groups.append(PolicyGroup(name, agent_index(ids, env.device), len(ids),
-                                           model, optimizer, self._wrap(model)))
+        self.groups = [self._policy_group(name, ids, use_compile)
+                       for name, ids in env.policies.items()]
         self.buffer = RolloutBuffer(env, t.rollout_len, len(self.groups))
-        self.probs = torch.zeros((env.num_envs, env.num_agents, sum(env.action_nvec)),
-                                 device=env.device)
-        self.bootstrap = torch.zeros((env.num_envs, env.num_agents), device=env.device)
+        # every agent's log-probabilities over its choices, side by side, for the sampler
+        self.choice_log_probs = torch.zeros(
+            (env.num_envs, env.num_agents, sum(env.action_nvec)), device=env.device)
+        self.bootstrap = TruncationBootstrap(env, t.rollout_len, t.gamma)
         self.shuffle = torch.Generator().manual_seed(t.seed)
         self.timer = SectionTimer(env.device)
         self.logger = logger
         self.steps_per_iteration = t.steps_per_iteration * self.world_size  # all ranks
-        self.num_iterations = max(1, t.total_steps // self.steps_per_iteration)
-        # running state, all saved in checkpoints
+        self.num_iterations = t.num_iterations(self.world_size)
+        # running state, all saved in checkpoints; the next observation is the env's own
+        # `obs` buffer, written by its last step
         self.iteration = 0
         self.env_steps = 0
         self.elapsed_s = 0.0
-        self.next_obs = env.reset().clone()
+        env.reset()
         self.episode_return = torch.zeros((env.num_envs, env.num_agents), device=env.device)
         self.recent = {g.name: collections.deque(maxlen=RECENT_EPISODES) for g in self.groups}
         self.episodes = 0
         self.finished = {}
+
+    def _policy_group(self, name, ids, use_compile) -> PolicyGroup:
+        env, config = self.env, self.config
+        model = ActorCritic(env.obs_dim, env.action_nvec, config.policy.hidden_sizes,
+                            config.policy.activation).to(env.device)
+        optimizer = torch.optim.Adam(model.parameters(), lr=config.trainer.lr, eps=1e-5)
+        train_model = self._wrap(model)
+        group = PolicyGroup(name, agent_index(ids, env.device),
+                            torch.tensor(sorted(ids), dtype=torch.long, device=env.device),
+                            model, optimizer, train_model,
+                            MaybeCompiled(model.act, f"policy {name!r} (rollout)", use_compile),
+                            MaybeCompiled(train_model, f"policy {name!r} (update)", use_compile))
+        if group.evaluate.active:
+            self._probe(group)
+        return group
+
+    def _probe(self, group: PolicyGroup):
+        """Compile the update's forward and backward now, so a compiler failure falls
+        back before training (a backward compiled lazily could not fall back later)."""
+        rows = 8
+        obs = torch.zeros((rows, self.env.obs_dim), device=self.env.device)
+        actions = torch.zeros((rows, len(self.env.action_nvec)), dtype=torch.int32,
+                              device=self.env.device)
+        no_sync = group.train_model.no_sync() if self.distributed else contextlib.nullcontext()
+        try:
+            with no_sync, self.precision.autocast():
+                out = group.evaluate.compiled(obs, actions)
+            with no_sync:
+                sum(o.float().sum() for o in out).backward()
+        except Exception as exc:  # noqa: BLE001 - any compiler failure: run eagerly
+            group.evaluate.fall_back(exc)
+        group.optimizer.zero_grad(set_to_none=True)
 
     def _wrap(self, model):
         if not self.distributed:
@@ -116,41 +225,41 @@ class Trainer:
         device_ids = [device.index] if device.type == "cuda" else None
         return DistributedDataParallel(model, device_ids=device_ids)  # copies rank 0's weights
 
+    @property
+    def next_obs(self) -> torch.Tensor:
+        """The observation the next rollout step acts on: the env's own buffer."""
+        return self.env.arrays["obs"]
+
     # ---- rollout -------------------------------------------------------------------
     @torch.no_grad()
     def collect(self):
         t_cfg, buf, env = self.config.trainer, self.buffer, self.env
+        autocast = self.precision.autocast()
         for t in range(t_cfg.rollout_len):
             with self.timer("forward"):
-                buf.obs[t].copy_(self.next_obs)
-                log_probs = {}
-                for g in self.groups:
-                    obs = self.next_obs[:, g.agents]
-                    log_probs[g.name] = g.model.log_probs(obs)
-                    self.probs[:, g.agents] = torch.cat(log_probs[g.name], -1).exp()
-                    buf.values[t][:, g.agents] = g.model.value(obs)
-                actions = self.sampler.sample(self.probs)
+                obs = buf.obs[t]
+                obs.copy_(self.next_obs)
+                with autocast:
+                    for g in self.groups:
+                        log_probs, buf.values[t][:, g.agents] = g.act(obs[:, g.agents])
+                        self.choice_log_probs[:, g.agents] = log_probs
+                # one launch draws every agent's actions and their log-probability
+                actions = self.sampler.sample(self.choice_log_probs, log_space=True)
                 buf.actions[t].copy_(actions)
-                for g in self.groups:
-                    chosen = actions[:, g.agents].long()
-                    buf.log_probs[t][:, g.agents] = sum(
-                        lp.gather(-1, chosen[..., c:c + 1]).squeeze(-1)
-                        for c, lp in enumerate(log_probs[g.name]))
+                buf.log_probs[t].copy_(self.sampler.log_prob)
             with self.timer("env"):
-                obs, reward, terminated, truncated, info = env.step(actions)
+                _, reward, terminated, truncated, info = env.step(actions)
             with self.timer("forward"):
-                # Truncation is not failure: bootstrap the value of the final observation.
-                for g in self.groups:
-                    self.bootstrap[:, g.agents] = g.model.value(info["final_obs"][:, g.agents])
-                keep = truncated.unsqueeze(1).to(reward.dtype)
-                buf.rewards[t] = reward + t_cfg.gamma * self.bootstrap * keep
-                done = terminated | truncated
+                buf.rewards[t].copy_(reward)
+                self.bootstrap.record(t, truncated, info["final_obs"])
+                if self.bootstrap.due(t):
+                    self.bootstrap.flush(self.groups, buf.rewards, autocast)
+                done = info["reset_mask"]
                 buf.dones[t] = done
                 self.episode_return += reward
                 for k, g in enumerate(self.groups):
                     buf.episode_returns[t, k] = self.episode_return[:, g.agents].mean(1)
                 self.episode_return *= (~done).unsqueeze(1).to(reward.dtype)
-                self.next_obs.copy_(obs)
         self.finished = self._finished_episodes()
 
     def _finished_episodes(self) -> dict:
@@ -175,60 +284,87 @@ class Trainer:
         t_cfg, buf = self.config.trainer, self.buffer
         for param_group in group.optimizer.param_groups:
             param_group["lr"] = lr
-        model = group.model
         with torch.no_grad():
-            next_value = model.value(self.next_obs[:, group.agents])
+            with self.precision.autocast():
+                _, next_value = group.act(self.next_obs[:, group.agents])
             dones = buf.dones.unsqueeze(-1).expand(-1, -1, group.num_agents)
             advantages, returns = losses.gae(buf.rewards[:, :, group.agents],
-                                             buf.values[:, :, group.agents], dones, next_value,
-                                             t_cfg.gamma, t_cfg.gae_lambda)
-        def flat(x):  # (T, E, n, ...) -> (T * E * n, ...)
-            return x.reshape((-1,) + x.shape[3:])
-        b_obs = flat(buf.obs[:, :, group.agents])
-        b_actions = flat(buf.actions[:, :, group.agents])
-        b_log_probs = flat(buf.log_probs[:, :, group.agents])
-        b_values = flat(buf.values[:, :, group.agents])
-        b_adv, b_returns = flat(advantages), flat(returns)
-        batch = b_obs.shape[0]
+                                             buf.values[:, :, group.agents], dones,
+                                             next_value.float(), t_cfg.gamma, t_cfg.gae_lambda)
+        advantages, returns = advantages.reshape(-1), returns.reshape(-1)
+        batch = advantages.numel()
         minibatch = batch // t_cfg.num_minibatches
-        stats = collections.defaultdict(list)
+        stats = torch.zeros(len(LOSS_STATS), device=advantages.device)
         for _ in range(t_cfg.update_epochs):
-            order = torch.randperm(batch, generator=self.shuffle).to(b_obs.device)
+            order = torch.randperm(batch, generator=self.shuffle).to(advantages.device)
             for start in range(0, minibatch * t_cfg.num_minibatches, minibatch):
-                idx = order[start:start + minibatch]
-                new_log_prob, entropy, new_value = group.train_model(b_obs[idx], b_actions[idx])
-                adv = b_adv[idx]
-                if t_cfg.norm_adv and adv.numel() > 1:
-                    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-                pg_loss, clip_fraction = losses.policy_loss(new_log_prob, b_log_probs[idx], adv,
-                                                            t_cfg.clip_coef)
-                v_loss = losses.value_loss(new_value, b_values[idx], b_returns[idx],
-                                           t_cfg.clip_coef if t_cfg.clip_vloss else None)
-                loss = pg_loss - t_cfg.ent_coef * entropy.mean() + t_cfg.vf_coef * v_loss
-                group.optimizer.zero_grad()
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), t_cfg.max_grad_norm)
-                group.optimizer.step()
-                with torch.no_grad():
-                    stats["policy_loss"].append(pg_loss)
-                    stats["value_loss"].append(v_loss)
-                    stats["entropy"].append(entropy.mean())
-                    stats["approx_kl"].append(losses.approx_kl(new_log_prob, b_log_probs[idx]))
-                    stats["clip_fraction"].append(clip_fraction)
-        return {k: torch.stack(v).mean().item() for k, v in stats.items()}
+                stats += self._minibatch_step(group, order[start:start + minibatch],
+                                              advantages, returns)
+        stats /= t_cfg.update_epochs * t_cfg.num_minibatches
+        return dict(zip(LOSS_STATS, stats.tolist()))
+
+    def _minibatch_step(self, group: PolicyGroup, index, advantages, returns):
+        """One gradient step on the rows `index`, in chunks of at most max_minibatch_rows.
+
+        Each chunk's loss is weighted by its share of the minibatch, so the
+        accumulated gradient is that of the whole minibatch's mean loss.
+        Returns the minibatch's loss statistics (LOSS_STATS order).
+        """
+        t_cfg = self.config.trainer
+        adv = advantages[index]
+        if t_cfg.norm_adv and adv.numel() > 1:  # over the whole minibatch, as unchunked
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        size = index.numel()
+        chunk = min(size, t_cfg.max_minibatch_rows)
+        stats = torch.zeros(len(LOSS_STATS), device=adv.device)
+        group.optimizer.zero_grad(set_to_none=True)
+        for start in range(0, size, chunk):
+            rows = index[start:start + chunk]
+            last = start + chunk >= size
+            sync = contextlib.nullcontext() if last or not self.distributed \
+                else group.train_model.no_sync()  # DDP all-reduces once, after the last chunk
+            with sync:
+                chunk_stats, loss = self._loss(group, rows, adv[start:start + chunk],
+                                               returns[rows])
+                weight = rows.numel() / size
+                (loss * weight).backward()
+            stats += chunk_stats * weight
+        torch.nn.utils.clip_grad_norm_(group.model.parameters(), t_cfg.max_grad_norm)
+        group.optimizer.step()
+        return stats
+
+    def _loss(self, group: PolicyGroup, rows, adv, returns):
+        """(detached LOSS_STATS, loss) of the PPO objective on buffer rows `rows`."""
+        t_cfg = self.config.trainer
+        obs, actions, old_log_prob, old_value = self.buffer.rows(group, rows)
+        with self.precision.autocast():
+            new_log_prob, entropy, new_value = group.evaluate(obs, actions)
+        pg_loss, clip_fraction = losses.policy_loss(new_log_prob, old_log_prob, adv,
+                                                    t_cfg.clip_coef)
+        v_loss = losses.value_loss(new_value, old_value, returns,
+                                   t_cfg.clip_coef if t_cfg.clip_vloss else None)
+        entropy = entropy.mean()
+        loss = pg_loss - t_cfg.ent_coef * entropy + t_cfg.vf_coef * v_loss
+        with torch.no_grad():
+            stats = torch.stack([pg_loss, v_loss, entropy,
+                                 losses.approx_kl(new_log_prob, old_log_prob), clip_fraction])
+        return stats, loss
 
     # ---- the loop --------------------------------------------------------------------
+    def iterate(self, lr: float) -> dict:
+        """One iteration: a rollout, then an update of every policy; their loss stats."""
+        self.collect()
+        with self.timer("update"):
+            return {g.name: self.update(g, lr) for g in self.groups}
+
     def train(self):
         t_cfg = self.config.trainer
         total = self.num_iterations
         while self.iteration < total:
             start = time.perf_counter()
             self.timer.reset()
-            self.collect()
             lr = t_cfg.lr * (1 - self.iteration / total) if t_cfg.anneal_lr else t_cfg.lr
-            with self.timer("update"):
-                group_stats = {g.name: self.update(g, lr) for g in self.groups}
-            group_stats = self._share(group_stats)
+            group_stats = self._share(self.iterate(lr))
             seconds = time.perf_counter() - start
             self.iteration += 1
             self.env_steps += self.steps_per_iteration

@@ -2,4 +2,6 @@
 from .config import CartPoleConfig
 from .env import CartPole
 
-__all__ = ["CartPole", "CartPoleConfig"]
+ENV = CartPole
+
+__all__ = ["ENV", "CartPole", "CartPoleConfig"]

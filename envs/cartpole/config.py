@@ -1,19 +1,13 @@
-"""Configuration of cartpole (gymnasium CartPole-v1 constants; see the spec)."""
+"""Configuration of cartpole (gymnasium CartPole-v1 constants; rules in README.md)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-from typing import ClassVar
 
 from gpusim.config import EnvConfig, require
-
-DEFAULT_YAML = Path(__file__).with_name("config.yaml")
 
 
 @dataclass(frozen=True)
 class CartPoleConfig(EnvConfig):
-    default_yaml: ClassVar[Path] = DEFAULT_YAML
-
     gravity: float = 9.8
     cart_mass: float = 1.0
     pole_mass: float = 0.1

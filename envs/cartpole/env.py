@@ -73,6 +73,7 @@ class CartPole(Env):
 
     def setup(self, config):
         self.num_agents = 1
+        self.time_limit = config.max_episode_steps
         self.obs_dim = 4
         self.action_nvec = (2,)
         self.policies = {"agent": (0,)}

@@ -2,4 +2,6 @@
 from .config import TagContinuousConfig
 from .env import TagContinuous
 
-__all__ = ["TagContinuous", "TagContinuousConfig"]
+ENV = TagContinuous
+
+__all__ = ["ENV", "TagContinuous", "TagContinuousConfig"]

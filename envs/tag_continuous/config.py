@@ -1,19 +1,13 @@
-"""Configuration of tag_continuous (see the spec for every key's meaning)."""
+"""Configuration of tag_continuous (README.md in this folder gives every key its meaning)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-from typing import ClassVar
 
 from gpusim.config import EnvConfig, require
-
-DEFAULT_YAML = Path(__file__).with_name("config.yaml")
 
 
 @dataclass(frozen=True)
 class TagContinuousConfig(EnvConfig):
-    default_yaml: ClassVar[Path] = DEFAULT_YAML
-
     num_taggers: int = 10
     num_runners: int = 100
     tagger_ids: tuple[int, ...] | None = None

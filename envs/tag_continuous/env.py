@@ -1,6 +1,6 @@
 """tag_continuous as portable phases: taggers chase runners on a square.
 
-Exact rules: shared/spec/tag_continuous.md. Every phase below is a plain
+Exact rules: README.md in this folder. Every phase below is a plain
 numba function of (env, agent, s, p) or (env, s, p); `s` holds the arrays,
 `p` the parameters. Cross-agent results are resolved in their own phases,
 each written by exactly one thread, so there are no racy updates.
@@ -249,6 +249,7 @@ class TagContinuous(Env):
     def setup(self, config):
         c = config
         self.num_agents = c.num_agents
+        self.time_limit = c.episode_length
         observed = c.num_agents - 1 if c.use_full_observation else c.num_other_agents_observed
         self.obs_dim = FEATURES * observed + 1
         self.action_nvec = (c.num_acceleration_levels + 1, c.num_turn_levels + 1)

@@ -1,6 +1,6 @@
 """Plain NumPy reference implementation (test oracle) of tag_continuous.
 
-Written directly from the spec (shared/spec/tag_continuous.md), with
+Written directly from the rules (README.md in this folder), with
 simple per-replica / per-agent Python loops; it is meant to be obviously
 correct, not fast.  All arithmetic is done in float32.
 

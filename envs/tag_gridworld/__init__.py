@@ -2,4 +2,6 @@
 from .config import TagGridworldConfig
 from .env import TagGridworld
 
-__all__ = ["TagGridworld", "TagGridworldConfig"]
+ENV = TagGridworld
+
+__all__ = ["ENV", "TagGridworld", "TagGridworldConfig"]

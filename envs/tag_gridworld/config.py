@@ -3,12 +3,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
-from typing import ClassVar
 
 from gpusim.config import EnvConfig, require
-
-DEFAULT_YAML = Path(__file__).with_name("config.yaml")
 
 # Positions are int32 and normalised in float32: keep every coordinate exact.
 MAX_GRID_SIZE = 1 << 16
@@ -23,8 +19,6 @@ PENALTY_KEYS = ("wall_penalty", "tag_penalty", "step_penalty_tagger")
 
 @dataclass(frozen=True)
 class TagGridworldConfig(EnvConfig):
-    default_yaml: ClassVar[Path] = DEFAULT_YAML
-
     num_taggers: int = 3
     grid_size: int = 11
     episode_length: int = 100

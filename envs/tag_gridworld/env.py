@@ -163,6 +163,7 @@ class TagGridworld(Env):
 
     def setup(self, config):
         self.num_agents = config.num_agents
+        self.time_limit = config.episode_length
         self.obs_dim = obs_dim(config.num_taggers)
         self.action_nvec = (NUM_ACTIONS,)
         self.policies = {"tagger": tuple(range(config.num_taggers)),

@@ -1,20 +1,29 @@
 """Backends: the one place that knows how kernels are compiled and launched.
 
-Every backend offers the same small interface (`Backend`), so nothing above
-this layer branches on the backend name:
+Every backend offers the same small interface (`Backend`, whose kernels are
+`Kernel`s), so nothing above this layer branches on the backend name:
 - `cpu`: portable kernels compiled with numba `njit(parallel=True)`.
 - `numba`: numba CUDA kernels on an NVIDIA GPU.
 - `cudasim`: numba's CUDA simulator, running GPU kernel code on the CPU.
-- `pycuda`: hand-written CUDA C kernels (`cuda_kernels/`), compiled with nvcc.
+- `pycuda`: hand-written CUDA C kernels (`cuda_kernels/`), compiled with nvcc
+  (the toolchain, which needs no GPU, is `cuda_c`).
+A backend module is imported only when its backend is chosen.
 """
 from __future__ import annotations
 
+import importlib
 import sys
 
-from gpusim.backends.base import Backend
+from gpusim.backends.base import Backend, Kernel, set_build_once
 from gpusim.errors import BackendError
 
-BACKEND_NAMES = ("auto", "cpu", "numba", "cudasim", "pycuda")
+_BACKEND_CLASSES = {  # name -> "module:class"; each class checks that it can run here
+    "cpu": "gpusim.backends.cpu:CPUBackend",
+    "numba": "gpusim.backends.numba_cuda:NumbaCUDABackend",
+    "cudasim": "gpusim.backends.cudasim:CUDASimBackend",
+    "pycuda": "gpusim.backends.pycuda_backend:PyCUDABackend",
+}
+BACKEND_NAMES = ("auto", *_BACKEND_CLASSES)
 
 
 def cuda_works() -> tuple[bool, str]:
@@ -40,20 +49,8 @@ def get_backend(name: str = "auto", device_index: int = 0, quiet: bool = False) 
         name = "numba" if ok else "cpu"
         if not quiet:
             print(f"gpusim: backend auto -> {name} ({why})", file=sys.stderr)
-    if name == "cpu":
-        from gpusim.backends.cpu import CPUBackend
-        return CPUBackend()
-    if name == "cudasim":
-        from gpusim.backends.cudasim import CUDASimBackend
-        return CUDASimBackend()
-    if name == "pycuda":  # raises one BackendError that says how to install it
-        from gpusim.backends.pycuda_backend import PyCUDABackend
-        return PyCUDABackend(device_index)
-    ok, why = cuda_works()
-    if not ok:
-        raise BackendError(f"backend 'numba' needs a CUDA GPU: {why}; use --backend cpu")
-    from gpusim.backends.numba_cuda import NumbaCUDABackend
-    return NumbaCUDABackend(device_index)
+    module, _, cls = _BACKEND_CLASSES[name].partition(":")
+    return getattr(importlib.import_module(module), cls)(device_index)
 
 
 def check_process_count(name: str, num_procs: int):
@@ -77,4 +74,5 @@ def check_process_count(name: str, num_procs: int):
                            f"({count})")
 
 
-__all__ = ["Backend", "BACKEND_NAMES", "get_backend", "cuda_works", "check_process_count"]
+__all__ = ["Backend", "Kernel", "BACKEND_NAMES", "get_backend", "cuda_works",
+           "check_process_count", "set_build_once"]

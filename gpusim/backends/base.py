@@ -1,23 +1,59 @@
-"""The backend interface, and the compile cache shared by all backends."""
+"""The backend interface, the compiled-kernel type, and the compile cache shared by all backends."""
 from __future__ import annotations
+
+from typing import Callable, TypeVar
 
 import torch
 
 from gpusim import kernels
 from gpusim.errors import ArrayError, BackendError, GpusimError
-from gpusim.messenger import current as current_messenger
+
+T = TypeVar("T")
+BuildOnce = Callable[[str, Callable[[], T]], T]
+
+_build_once: BuildOnce | None = None  # installed by the multi-process layer
+
+
+def set_build_once(hook: BuildOnce | None):
+    """hook(event: str, build: Callable[[], T]) -> T runs `build` once per run (rank 0 first, the
+    others after it), or None for a lone process (build directly)."""
+    global _build_once
+    _build_once = hook
+
+
+class Kernel:
+    """A compiled kernel: `kernel(num_envs, num_agents, s, p)` runs it on arrays s, scalars p."""
+
+    def __call__(self, num_envs: int, num_agents: int, s, p):
+        raise NotImplementedError
+
+    def precompile(self, s, p):
+        """Compile ahead of the first launch for the types of `s` and `p` (default: nothing)."""
+
+
+class GridKernel(Kernel):
+    """A kernel launched as `launcher[grid, block](s, p)` with grid = replicas, block = agents."""
+
+    def __init__(self, launcher):
+        self.launcher = launcher
+
+    def __call__(self, num_envs, num_agents, s, p):
+        self.launcher[num_envs, num_agents](s, p)
 
 
 class Backend:
     """Compiles portable kernels and launches them on zero-copy array views.
 
     Subclasses set `name`, `device`, `max_agents_per_env` (the block-size
-    limit, or None) and implement `view`, `_compile` and `_launch_raw`.
+    limit, or None) and implement `view` and `_compile`.
     """
     name: str = ""
     device: torch.device = torch.device("cpu")
     max_agents_per_env: int | None = None
-    _compiled: dict = {}  # (backend kind, KernelSpec) -> compiled kernel; per process
+    _compiled: dict = {}  # (backend kind, KernelSpec) -> compiled Kernel; per process
+
+    def __init__(self, device_index: int = 0):
+        """A backend on GPU `device_index`; backends that run on the CPU ignore it."""
 
     # ---- arrays -------------------------------------------------------------
     def view(self, tensor: torch.Tensor):
@@ -40,35 +76,36 @@ class Backend:
                 f"{num_agents} agents per replica exceed the {self.name} backend's "
                 f"block-size limit of {limit} threads; use fewer agents per replica")
 
-    def compile(self, spec: kernels.KernelSpec, s=None, p=None):
-        """A callable `launch(num_envs, num_agents, s, p)` for `spec`, compiled once.
+    def compile(self, spec: kernels.KernelSpec, s=None, p=None) -> Kernel:
+        """The `Kernel` of `spec`, compiled once.
 
         Once per process (kept in memory), and once per machine where the
-        backend caches on disk. In a multi-process run rank 0 compiles first
-        (for the types of the example arguments `s` and `p`, when given) and
-        the other ranks wait for it, then load its result from the cache.
+        backend caches on disk. In a multi-process run (see `set_build_once`)
+        rank 0 compiles first (for the types of the example arguments `s` and
+        `p`, when given) and the other ranks wait for it, then load its result
+        from the cache.
         """
         key = (type(self).__name__, spec)
         if key not in Backend._compiled:
             def build():
-                try:
-                    launch = self._compile(spec)
-                    if s is not None and hasattr(launch, "precompile"):
-                        launch.precompile(s, p)
-                    return launch
-                except GpusimError:
-                    raise
-                except Exception as exc:
-                    raise BackendError(f"compiling kernel '{spec.name}' for the {self.name} "
-                                       f"backend failed: {type(exc).__name__}: {exc}") from None
-            messenger = current_messenger()
-            if messenger is None:
-                Backend._compiled[key] = build()
-            else:
-                Backend._compiled[key] = messenger.once(f"compile {self.name} {spec.name}", build)
+                return self._build(spec, s, p)
+            Backend._compiled[key] = (build() if _build_once is None else
+                                      _build_once(f"compile {self.name} {spec.name}", build))
         return Backend._compiled[key]
 
-    def _compile(self, spec: kernels.KernelSpec):
+    def _build(self, spec: kernels.KernelSpec, s, p) -> Kernel:
+        try:
+            kernel = self._compile(spec)
+            if s is not None:
+                kernel.precompile(s, p)
+            return kernel
+        except GpusimError:
+            raise
+        except Exception as exc:
+            raise BackendError(f"compiling kernel '{spec.name}' for the {self.name} "
+                               f"backend failed: {type(exc).__name__}: {exc}") from None
+
+    def _compile(self, spec: kernels.KernelSpec) -> Kernel:
         raise NotImplementedError
 
     # ---- failures -------------------------------------------------------------
@@ -98,3 +135,23 @@ class Backend:
 
     def __repr__(self):
         return f"<gpusim backend {self.name} on {self.device}>"
+
+
+class ThreadBlockBackend(Backend):
+    """A backend that launches grid = replicas, block = agents (one thread per agent)."""
+    max_agents_per_env = 1024  # CUDA's limit of threads per block
+
+
+class CUDADeviceBackend(ThreadBlockBackend):
+    """A backend on the CUDA GPU cuda:N, the device torch allocates on in this process."""
+
+    def __init__(self, device_index: int = 0):
+        self.device = torch.device("cuda", device_index)
+        torch.cuda.set_device(self.device)
+
+    def synchronize(self):
+        torch.cuda.synchronize(self.device)
+
+    def free_memory(self):
+        self.synchronize()
+        torch.cuda.empty_cache()

@@ -7,13 +7,13 @@ import numba
 import torch
 
 from gpusim import cache, kernels
-from gpusim.backends.base import Backend
+from gpusim.backends.base import Backend, Kernel
 
 DECORATE = 'kernel = njit(parallel=True, error_model="numpy", cache=True)(kernel)'
 
 
-class CPUKernel:
-    """`launch(num_envs, num_agents, s, p)`; `precompile(s, p)` compiles for those types."""
+class CPUKernel(Kernel):
+    """A numba njit kernel over replicas; `precompile(s, p)` compiles for those types."""
 
     def __init__(self, dispatcher):
         self.dispatcher = dispatcher
@@ -28,7 +28,6 @@ class CPUKernel:
 class CPUBackend(Backend):
     name = "cpu"
     device = torch.device("cpu")
-    max_agents_per_env = None
 
     def view(self, tensor):
         return tensor.numpy()

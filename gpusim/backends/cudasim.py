@@ -13,7 +13,7 @@ from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 from numba.cuda.simulator.kernel import _get_kernel_context
 
 from gpusim import kernels
-from gpusim.backends.base import Backend
+from gpusim.backends.base import GridKernel, ThreadBlockBackend
 
 
 class _SimulatedCuda:
@@ -58,10 +58,9 @@ class _SimLaunch:
         return FakeCUDAArray(arg) if isinstance(arg, np.ndarray) else arg
 
 
-class CUDASimBackend(Backend):
+class CUDASimBackend(ThreadBlockBackend):
     name = "cudasim"
     device = torch.device("cpu")
-    max_agents_per_env = 1024
 
     def view(self, tensor):
         return tensor.numpy()
@@ -69,11 +68,7 @@ class CUDASimBackend(Backend):
     def _compile(self, spec):
         source, callables = kernels.cuda_source(spec)
         namespace = dict(callables, cuda=numba.cuda, __kernel_name__=spec.name)
-        launcher = _SimLaunch(kernels.build(source, namespace), self)
-
-        def launch(num_envs, num_agents, s, p):
-            launcher[num_envs, num_agents](s, p)
-        return launch
+        return GridKernel(_SimLaunch(kernels.build(source, namespace), self))
 
     def raw_kernel(self, fn):
         return _SimLaunch(fn, self)

@@ -4,14 +4,16 @@ import numba.cuda as cuda
 import torch
 
 from gpusim import cache, kernels
-from gpusim.backends.base import Backend
+from gpusim.backends import cuda_works
+from gpusim.backends.base import CUDADeviceBackend, GridKernel
+from gpusim.errors import BackendError
 
 
 class _CudaLaunch:
     """`k[grid, block](*args)` on torch's current stream; tensors are viewed zero-copy."""
 
     def __init__(self, dispatcher, backend):
-        self._kernel = dispatcher
+        self.dispatcher = dispatcher
         self._backend = backend
 
     def __getitem__(self, config):
@@ -20,33 +22,27 @@ class _CudaLaunch:
 
         def launch(*args):
             args = [self._backend.view(a) if isinstance(a, torch.Tensor) else a for a in args]
-            self._kernel[grid, block, self._backend.stream(), shared](*args)
+            self.dispatcher[grid, block, self._backend.stream(), shared](*args)
         return launch
 
 
-class CUDAKernel:
-    """`launch(num_envs, num_agents, s, p)` as grid = replicas, block = agents."""
-
-    def __init__(self, launcher, dispatcher):
-        self.launcher = launcher
-        self.dispatcher = dispatcher
-
-    def __call__(self, num_envs, num_agents, s, p):
-        self.launcher[num_envs, num_agents](s, p)
+class CUDAKernel(GridKernel):
+    """A numba CUDA kernel; `precompile(s, p)` compiles it for those types."""
 
     def precompile(self, s, p):
-        self.dispatcher.compile((numba.typeof(s), numba.typeof(p)))
+        self.launcher.dispatcher.compile((numba.typeof(s), numba.typeof(p)))
 
 
-class NumbaCUDABackend(Backend):
+class NumbaCUDABackend(CUDADeviceBackend):
     name = "numba"
-    max_agents_per_env = 1024
 
     def __init__(self, device_index: int = 0):
-        self._raw_dispatchers = {}
-        self.device = torch.device("cuda", device_index)
-        torch.cuda.set_device(self.device)
+        ok, why = cuda_works()
+        if not ok:
+            raise BackendError(f"backend 'numba' needs a CUDA GPU: {why}; use --backend cpu")
+        super().__init__(device_index)
         cuda.select_device(device_index)
+        self._raw_dispatchers = {}
 
     def view(self, tensor):
         return cuda.as_cuda_array(tensor.detach())
@@ -66,7 +62,7 @@ class NumbaCUDABackend(Backend):
         else:
             namespace = dict(callables, cuda=cuda, __kernel_name__=spec.name)
             dispatcher = cuda.jit(kernels.build(source, namespace))
-        return CUDAKernel(_CudaLaunch(dispatcher, self), dispatcher)
+        return CUDAKernel(_CudaLaunch(dispatcher, self))
 
     def is_resource_error(self, exc):
         from numba.cuda.cudadrv.driver import CudaAPIError
@@ -74,16 +70,9 @@ class NumbaCUDABackend(Backend):
             return any(word in str(exc) for word in ("OUT_OF_MEMORY", "OUT_OF_RESOURCES"))
         return super().is_resource_error(exc)
 
-    def free_memory(self):
-        torch.cuda.synchronize(self.device)
-        torch.cuda.empty_cache()
-
     def raw_kernel(self, fn):
         if hasattr(fn, "configure") or hasattr(fn, "specialize"):
             return _CudaLaunch(fn, self)
         if fn not in self._raw_dispatchers:  # jit a plain function once, not per call
             self._raw_dispatchers[fn] = cuda.jit(fn)
         return _CudaLaunch(self._raw_dispatchers[fn], self)
-
-    def synchronize(self):
-        torch.cuda.synchronize(self.device)

@@ -6,7 +6,7 @@ launcher `gpusim_host_launch_K(grid, block, <K's parameters>)`.
 `HostCBackend` is a `gpusim` backend on CPU tensors whose kernels are those
 launchers, so an env runs its CUDA C kernels exactly where the `pycuda`
 backend would run them on a GPU: same spec -> "file.cu:function" lookup,
-same argument convention and checks (gpusim.backends.pycuda_backend).
+same argument convention and checks (gpusim.backends.cuda_c).
 """
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gpusim.backends.base import Backend
-from gpusim.backends.pycuda_backend import (TensorPointer, argument_format, kernel_dir,
-                                            kernel_signature, kernel_signatures, kernel_source,
-                                            split_cuda_c)
+from gpusim.backends.base import Kernel, ThreadBlockBackend
+from gpusim.backends.cuda_c import (TensorPointer, argument_format, kernel_dir,
+                                    kernel_signature, kernel_signatures, kernel_source,
+                                    split_cuda_c)
 
 SHIM_DIR = Path(__file__).resolve().parent
 GXX_FLAGS = ("-std=c++20", "-pthread", "-O1", "-fPIC", "-shared", "-ffp-contract=off",
@@ -174,11 +174,10 @@ def tsan_problem(build_dir: Path) -> str | None:
     return f"ThreadSanitizer misreports a race-free kernel:\n{report}" if report else None
 
 
-class HostCBackend(Backend):
+class HostCBackend(ThreadBlockBackend):
     """CPU tensors; each spec runs its CUDA C kernel through the host shim."""
     name = "cuda_c_host"
     device = torch.device("cpu")
-    max_agents_per_env = 1024
 
     def __init__(self, build_dir):
         self.build_dir = Path(build_dir)
@@ -197,8 +196,8 @@ class HostCBackend(Backend):
                            f"CUDA C kernel {function} ({file})")
 
 
-class _HostLaunch:
-    """`launch(num_envs, num_agents, s, p)`, checking the C signature per argument layout."""
+class _HostLaunch(Kernel):
+    """A host-shim kernel, checking the C signature per argument layout."""
 
     def __init__(self, lib, function, params, where):
         self.lib, self.function, self.params, self.where = lib, function, params, where

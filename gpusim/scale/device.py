@@ -68,6 +68,15 @@ class DeviceContext:
                               f"LOCAL_WORLD_SIZE={context.local_world_size}")
         return context
 
+    def replica_offset(self, num_envs: int) -> int:
+        """The global id of this rank's first replica: rank r steps replicas r*num_envs...,
+        so no two replicas of a run draw from the same RNG stream."""
+        return self.rank * num_envs
+
+    def alone(self) -> "DeviceContext":
+        """This process's device as a lone process (for auto-scale trials: no DDP, offset 0)."""
+        return DeviceContext(backend=self.backend)
+
     @property
     def is_main(self) -> bool:
         return self.rank == 0

@@ -21,8 +21,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from gpusim import messenger
+from gpusim.backends import set_build_once
 from gpusim.errors import GpusimError, describe
+from gpusim.scale.messenger import EventMessenger
 
 LAUNCHER_STORE = "GPUSIM_LAUNCHER_STORE"  # set by `launch`: the store lives in the launcher
 
@@ -72,10 +73,23 @@ def _child(index, fn, arg, world_size, port, errors):
         if os.environ.get("GPUSIM_DEBUG"):
             traceback.print_exc()
         errors.put((index, describe(exc), 130 if isinstance(exc, KeyboardInterrupt) else 1))
-        sys.exit(1)
+        exit_now(1)
     if code:
         errors.put((index, f"exited with code {code}", code))
-        sys.exit(code)
+    exit_now(code or 0)
+
+
+def exit_now(code: int):
+    """End this rank's process at once, its output flushed, skipping the interpreter's teardown.
+
+    There, a gloo worker thread still releasing a tensor of the last collective
+    needs the GIL the exiting interpreter holds, and the process aborts ("terminate
+    called without an active exception") after a clean run. Files are closed (and
+    checkpoints fsynced) before this.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 # ---- joining the group --------------------------------------------------------------
@@ -101,12 +115,14 @@ def init(context, timeout_s: float = 600.0):
     backend = "nccl" if context.device.type == "cuda" else "gloo"
     dist.init_process_group(backend, store=dist.PrefixStore("group", store),
                             rank=context.rank, world_size=context.world_size, timeout=timeout)
-    messenger.install(messenger.EventMessenger(dist.PrefixStore("messenger", store),
-                                               context.rank, context.world_size, timeout_s))
+    # Kernels compile once per run: rank 0 compiles, the others wait, then load its cache.
+    messenger = EventMessenger(dist.PrefixStore("messenger", store), context.rank,
+                               context.world_size, timeout_s)
+    set_build_once(messenger.once)
 
 
 def shutdown():
-    messenger.install(None)
+    set_build_once(None)
     if active():
         dist.destroy_process_group()
 
@@ -146,15 +162,6 @@ def all_gather(obj) -> list:
     out = [None] * dist.get_world_size()
     dist.all_gather_object(out, obj)
     return out
-
-
-def broadcast(obj):
-    """Rank 0's `obj` on every rank."""
-    if not active():
-        return obj
-    box = [obj]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
 
 
 def gather_to_main(obj) -> list | None:

@@ -1,17 +1,22 @@
-"""Auto-scaling: the largest size for which a trial fits the device.
+"""Auto-scaling searches: the fastest size, or the largest that fits the device.
 
-`largest_passing` is the search: bracket by doubling from 1, then bisect
-between the last pass and the first fail, so it needs about 2 log2(n)
-trials and returns the largest passing value (given that trials pass below
-some size and fail above it). `Searcher` runs real trials: it measures each
-one's peak memory, counts out-of-memory and launch-resource errors (and
-exceeding the memory limit) as failures, cleans up after each, and lets any
-other error abort the search with its message.
+Both searches bracket by doubling, then bisect the last bracket, so they
+need about 2 log2(n) trials:
+- `fastest` (the throughput objective) doubles while each doubling fits and
+  gains at least `saturation` in throughput, then bisects the last bracket
+  with that gain prorated (log2 of the step);
+- `largest_passing` (the memory objective) returns the largest value that
+  passes, given that trials pass below some size and fail above it.
+`Searcher` runs real trials: it measures each one's peak memory, counts
+out-of-memory and launch-resource errors (and exceeding the memory limit) as
+failures, cleans up after each, and lets any other error abort the search
+with its message.
 """
 from __future__ import annotations
 
 import ctypes
 import gc
+import math
 import re
 import time
 from dataclasses import asdict, dataclass, field
@@ -61,6 +66,17 @@ class Trial:
         return out
 
 
+class _Clock:
+    """No new trial starts once `limit_s` has passed (the first one always runs)."""
+
+    def __init__(self, limit_s: float | None):
+        self.start = time.perf_counter()
+        self.limit_s = limit_s
+
+    def out_of_time(self) -> bool:
+        return self.limit_s is not None and time.perf_counter() - self.start > self.limit_s
+
+
 def largest_passing(trial, cap: int, time_limit_s: float | None = None):
     """(largest value in [1, cap] with trial(value) true, or 0 if 1 fails; values tried).
 
@@ -70,32 +86,70 @@ def largest_passing(trial, cap: int, time_limit_s: float | None = None):
     """
     if cap < 1:
         raise GpusimError(f"search cap must be at least 1, got {cap}")
-    start = time.perf_counter()
+    clock = _Clock(time_limit_s)
     tried = []
 
     def passes(value):
         tried.append(value)
         return trial(value)
 
-    def out_of_time():
-        return time_limit_s is not None and time.perf_counter() - start > time_limit_s
-
     if not passes(1):
         return 0, tried
     good, bad = 1, None
-    while bad is None and good < cap and not out_of_time():
+    while bad is None and good < cap and not clock.out_of_time():
         value = min(2 * good, cap)
         if passes(value):
             good = value
         else:
             bad = value
-    while bad is not None and bad - good > 1 and not out_of_time():
+    while bad is not None and bad - good > 1 and not clock.out_of_time():
         value = (good + bad) // 2
         if passes(value):
             good = value
         else:
             bad = value
     return good, tried
+
+
+def fastest(throughput, cap: int, saturation: float, start: int = 1,
+            time_limit_s: float | None = None, resolution: float = 1 / 16):
+    """(the value where throughput saturates, or 0 if `start` fails; {value: throughput}).
+
+    `throughput(value) -> float`, or None where the value does not fit. From
+    `start`, double while the doubled value fits and is at least
+    `saturation` faster; then bisect the last bracket [lo, hi]: a midpoint
+    that fits and gains at least saturation * log2(mid / lo) over lo becomes
+    the new lo. Bisection stops when the bracket is narrower than
+    `resolution` * lo. Larger values that gain less are not worth their
+    memory and their larger (staler) batches.
+    """
+    if not 1 <= start <= cap:
+        raise GpusimError(f"search start must lie in 1..{cap}, got {start}")
+    clock = _Clock(time_limit_s)
+    rates = {}
+
+    def gains(value, over):
+        rates[value] = throughput(value)
+        return rates[value] is not None and \
+            rates[value] >= rates[over] * (1 + saturation * math.log2(value / over))
+
+    rates[start] = throughput(start)
+    if rates[start] is None:
+        return 0, rates
+    lo, hi = start, None
+    while hi is None and lo < cap and not clock.out_of_time():
+        value = min(2 * lo, cap)
+        if gains(value, lo):
+            lo = value
+        else:
+            hi = value
+    while hi is not None and hi - lo > max(1, lo * resolution) and not clock.out_of_time():
+        value = (lo + hi) // 2
+        if gains(value, lo):
+            lo = value
+        else:
+            hi = value
+    return lo, rates
 
 
 # ---- measuring trials -------------------------------------------------------------
@@ -157,7 +211,11 @@ class MemoryProbe:
 
 
 class Searcher:
-    """One search: runs `body(value)` as measured trials against a memory limit in bytes."""
+    """One search: runs `body(value)` as measured trials against a memory limit in bytes.
+
+    `body(value)` returns a dict of what it measured (with `env_steps_per_s`
+    for the throughput objective); it is kept in the trial's `info`.
+    """
 
     def __init__(self, name: str, body, backend, limit_bytes: int, cap: int,
                  time_limit_s: float | None = None, log=print):
@@ -172,11 +230,26 @@ class Searcher:
         self.probe = MemoryProbe(backend.device)
 
     def run(self) -> int:
+        """The largest value that fits (the memory objective)."""
         self.body(1)  # warm-up, not measured: compiles kernels and starts thread pools
         gc.collect()
         self.backend.free_memory()
-        best, _ = largest_passing(self._trial, self.cap, self.time_limit_s)
+        best, _ = largest_passing(lambda value: self.measure(value).ok, self.cap,
+                                  self.time_limit_s)
         return best
+
+    def run_fastest(self, saturation: float, start: int = 1) -> int:
+        """Where throughput saturates (the throughput objective); 0 if `start` does not fit."""
+        best, _ = fastest(self._throughput, self.cap, saturation, start, self.time_limit_s)
+        return best
+
+    def _throughput(self, value: int) -> float | None:
+        trial = self.measure(value)
+        return trial.info.get("env_steps_per_s") if trial.ok else None
+
+    def trial(self, value: int) -> Trial | None:
+        """The trial of `value`, if it ran."""
+        return next((t for t in self.trials if t.value == value), None)
 
     def _predicted(self, value: int) -> int | None:
         """Peak bytes at `value`, extrapolated from the two largest passing trials."""
@@ -187,7 +260,8 @@ class Searcher:
         slope = max(0.0, (p1 - p0) / (v1 - v0))
         return int(p1 + slope * (value - v1))
 
-    def _trial(self, value: int) -> bool:
+    def measure(self, value: int) -> Trial:
+        """Run (and record, and log) the trial of `value`."""
         start = time.perf_counter()
         predicted = self._predicted(value)
         if predicted is not None and predicted > 1.5 * self.limit:
@@ -195,14 +269,16 @@ class Searcher:
             trial = Trial(value, False, 0.0, predicted,
                           f"not run: predicted {format_size(predicted)}")
         else:
-            trial = self._measure(value, start)
+            trial = self._run_body(value, start)
         self.trials.append(trial)
         verdict = "pass" if trial.ok else "fail"
+        rate = trial.info.get("env_steps_per_s")
+        rate = f"{rate:>12,.0f} env steps/s" if rate is not None else ""
         self.log(f"  {self.name}={value:<7d} {verdict}  {trial.seconds:6.2f} s  "
-                 f"peak {format_size(trial.peak_bytes):>10}  {trial.note}".rstrip())
-        return trial.ok
+                 f"peak {format_size(trial.peak_bytes):>10}  {rate}  {trial.note}".rstrip())
+        return trial
 
-    def _measure(self, value: int, start: float) -> Trial:
+    def _run_body(self, value: int, start: float) -> Trial:
         self.probe.start()
         try:
             info = self.body(value) or {}

@@ -14,8 +14,6 @@ from datetime import timedelta
 
 from gpusim.errors import GpusimError
 
-_current = None
-
 
 class EventError(GpusimError):
     """Rank 0 failed to do what the other ranks were waiting for."""
@@ -47,7 +45,7 @@ class EventMessenger:
             if "timeout" in str(exc).lower() or "timed out" in str(exc).lower():
                 raise GpusimError(
                     f"rank {self.rank}: timed out after {self.timeout_s:g} s waiting for rank 0 "
-                    f"to finish '{event}' (raise scaling.compile_timeout_s if it is slow)") from None
+                    f"to finish '{event}' (raise scale.timeout_s if it is slow)") from None
             raise GpusimError(f"rank {self.rank}: lost contact with rank 0 while waiting for "
                               f"'{event}': {exc}") from None
         payload = json.loads(self.store.get(key))
@@ -71,13 +69,3 @@ class EventMessenger:
             return result
         self.wait(event)
         return fn()
-
-
-def current() -> EventMessenger | None:
-    """The messenger of this process's multi-process run, or None when running alone."""
-    return _current
-
-
-def install(messenger: EventMessenger | None):
-    global _current
-    _current = messenger

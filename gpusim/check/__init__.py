@@ -1,0 +1,228 @@
+"""`check_env`: validate an environment the way gpusim will use it.
+
+    from gpusim.check import check_env
+    result = check_env(env)                        # prints one PASS/FAIL line per check
+    assert result.ok, result
+
+Checks, in order (names as printed; pass any of them in `skip=` to leave it out):
+
+- `attributes`  num_agents, obs_dim and action_nvec are positive integers;
+                policies map names to agent ids covering every agent exactly once;
+                config_class is a dataclass with a `load` classmethod.
+- `reset`       reset() returns obs of shape (num_envs, num_agents, obs_dim),
+                float32, on env.device, and the reset phases write every entry.
+- `seeding`     reset(seed=s) and reset(seed=s+1) differ, and (with several
+                replicas) replicas do not all start from the same state.
+- `step`        step() returns (obs, reward, terminated, truncated, info) with the
+                documented shapes, dtypes and device; on every step of the rollout
+                the step phases write every obs and reward entry and the
+                terminated and truncated flag of every replica.
+- `finite`      no NaN or Inf in obs, reward or final_obs over the rollout.
+- `auto_reset`  some episode ends within `steps`; reset_mask equals
+                terminated | truncated; terminated and truncated are never both
+                set; a finished replica's new observation differs from its
+                final one; and after an auto-reset every state and obs entry that
+                is the same in all initial states (a timestep of 0, a full
+                count, ...) has that value again.
+- `reference`   agreement with a NumPy reference (only with `reference=`; see below).
+- `determinism` two fresh instances (same class, config, backend and seed; at most
+                64 replicas), stepped with the same random actions, give
+                bit-identical observations, rewards, flags and final observations,
+                and end in the same state, RNG streams included.
+- `backends`    agreement with the same env on another backend (only with
+                `compare_backend=`, e.g. "cudasim" to run the GPU kernel code,
+                with bounds checks, on the CPU).
+
+The rollout behind step, finite, auto_reset and reference runs on `env`
+itself after `env.reset(seed=seed)`, with actions uniform over each action
+component drawn from a torch generator seeded with `seed`.
+
+Reference protocol: `reference(state, actions)` is a callable taking
+- `state`: a dict of numpy arrays, the env's `get_state()` for the first
+  `reference_envs` replicas (arrays of scope "global" whole);
+- `actions`: int32 numpy array (replicas, num_agents, len(action_nvec));
+and returning `(next_state, obs, reward, terminated, truncated)` for one step
+*without* auto-reset: `next_state` a dict holding any subset of the state
+arrays, `obs` (replicas, num_agents, obs_dim), `reward` (replicas,
+num_agents), `terminated` and `truncated` (replicas,) bool. For replicas
+that finish, `obs` is the final observation (compared with
+`info["final_obs"]`) and their `next_state` is not compared (the env has
+already reset them). The comparison follows the env's own rollout, feeding
+the reference the env's state before every step; floats must agree to
+`atol + rtol * |reference|`, everything else exactly. Adapters for the
+bundled envs: `gpusim.envs.tag_continuous.reference.check_env_reference(config)`
+and `gpusim.envs.cartpole.reference.check_env_reference(config)`.
+
+check_env never raises for a failing check: an exception inside a check is
+reported as that check's failure. Bad arguments raise at once. The env is
+reset and stepped (with several seeds) during the checks, and every one of
+its arrays, and its seed, are restored at the end.
+"""
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass, field
+
+from gpusim.backends import get_backend
+from gpusim.check import checks
+from gpusim.check.compare import one_line
+from gpusim.check.rollout import record_initial_states, record_rollout
+from gpusim.env import Env
+
+CHECKS = ("attributes", "reset", "seeding", "step", "finite", "auto_reset", "reference",
+          "determinism", "backends")
+_ROLLOUT_CHECKS = frozenset({"step", "finite", "auto_reset", "reference"})
+
+
+@dataclass
+class Check:
+    """One check's outcome. `skipped` checks count as ok."""
+    name: str
+    ok: bool
+    message: str
+    skipped: bool = False
+
+    @property
+    def status(self) -> str:
+        return "SKIP" if self.skipped else ("PASS" if self.ok else "FAIL")
+
+    def __str__(self):
+        return f"{self.status} {self.name}: {self.message}"
+
+
+@dataclass
+class CheckResult:
+    """The checks in order; `ok` (and truth value) is true when none failed."""
+    env_name: str
+    checks: list = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    @property
+    def failed(self) -> list:
+        return [c for c in self.checks if not c.ok]
+
+    @property
+    def names(self) -> tuple:
+        return tuple(c.name for c in self.checks)
+
+    def __getitem__(self, name: str) -> Check:
+        for check in self.checks:
+            if check.name == name:
+                return check
+        raise KeyError(f"no check named '{name}' (checks: {', '.join(self.names)})")
+
+    def __iter__(self):
+        return iter(self.checks)
+
+    def __len__(self):
+        return len(self.checks)
+
+    def __bool__(self):
+        return self.ok
+
+    def __str__(self):
+        return "\n".join(str(c) for c in self.checks)
+
+
+def check_env(env, reference=None, *, steps: int = 500, seed: int = 0,
+              reference_steps: int = 200, reference_envs: int = 8,
+              atol: float = 2e-5, rtol: float = 1e-5,
+              compare_backend=None, compare_steps: int = 30,
+              skip=(), verbose: bool = True) -> CheckResult:
+    """Run every check on `env` (a gpusim.Env instance); print and return the results.
+
+    steps: length of the random rollouts (actions uniform over each action
+        component, drawn by a torch generator seeded with `seed`); long enough
+        for episodes to end.
+    reference, reference_steps, reference_envs, atol, rtol: the `reference`
+        check (see the package docstring for the protocol).
+    compare_backend, compare_steps: the `backends` check: the env's class on
+        that backend (min(num_envs, 2) replicas) against the same on env's own
+        backend, stepped `compare_steps` times, floats to atol/rtol.
+    skip: names of checks to leave out (reported as SKIP).
+    verbose: print one line per check.
+    """
+    _check_arguments(env, reference, steps, seed, reference_steps, reference_envs, atol, rtol,
+                     compare_steps, skip)
+    other_backend = get_backend(compare_backend, quiet=True) \
+        if isinstance(compare_backend, str) else compare_backend
+    skipped = {name: "skipped (skip=)" for name in skip}  # name -> why
+    if reference is None:
+        skipped.setdefault("reference", "no reference given")
+    if other_backend is None:
+        skipped.setdefault("backends", "no compare_backend given")
+
+    result = CheckResult(getattr(env, "name", type(env).__name__))
+    saved = {name: t.clone() for name, t in env.arrays.tensors.items()}
+    saved_seed = env.seed
+    try:
+        # The initial states before the rollout: a reset phase that leaves an entry
+        # alone would otherwise carry the rollout's values into them.
+        samples = None if "seeding" in skipped else record_initial_states(env, seed)
+        rollout = None if _ROLLOUT_CHECKS.issubset(skipped) else record_rollout(
+            env, steps, seed, None if "reference" in skipped else reference,
+            reference_steps=reference_steps, reference_envs=reference_envs, atol=atol, rtol=rtol)
+        run = {
+            "attributes": lambda: checks.attributes(env),
+            "reset": lambda: checks.reset(env, seed),
+            "seeding": lambda: checks.seeding(samples),
+            "step": lambda: checks.step(rollout),
+            "finite": lambda: checks.finite(rollout),
+            "auto_reset": lambda: checks.auto_reset(rollout, samples),
+            "reference": lambda: checks.reference(rollout),
+            "determinism": lambda: checks.determinism(env, steps, seed),
+            "backends": lambda: checks.backends(env, other_backend, min(compare_steps, steps),
+                                                seed, atol, rtol),
+        }
+        for name in CHECKS:
+            check = Check(name, True, skipped[name], skipped=True) if name in skipped \
+                else _run_one(name, run[name])
+            result.checks.append(check)
+            if verbose:
+                print(check, flush=True)
+    finally:
+        for name, tensor in saved.items():
+            env.arrays.tensors[name].copy_(tensor)
+        env.seed = saved_seed
+    return result
+
+
+def _run_one(name, check) -> Check:
+    try:
+        message = check()
+    except checks.Failure as failure:
+        return Check(name, False, str(failure))
+    except Exception as exc:  # a crash inside the env is that check's failure
+        return Check(name, False, f"raised {type(exc).__name__}: {one_line(exc)}")
+    return Check(name, True, message)
+
+
+def _check_arguments(env, reference, steps, seed, reference_steps, reference_envs, atol, rtol,
+                     compare_steps, skip):
+    if not isinstance(env, Env):
+        raise TypeError(f"check_env needs an instance of gpusim.Env, got {type(env).__name__}"
+                        + (" (a class: instantiate it first)" if isinstance(env, type) else ""))
+    if not hasattr(env, "arrays"):
+        raise TypeError(f"{type(env).__name__} instance is not initialised "
+                        "(did its __init__ call Env.__init__?)")
+    for key, value, low in (("steps", steps, 1), ("reference_steps", reference_steps, 1),
+                            ("reference_envs", reference_envs, 1),
+                            ("compare_steps", compare_steps, 1), ("seed", seed, 0)):
+        if not checks.is_int_at_least(value, low):
+            raise ValueError(f"check_env: {key} must be an integer >= {low}, got {value!r}")
+    for key, value in (("atol", atol), ("rtol", rtol)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or value < 0:
+            raise ValueError(f"check_env: {key} must be a number >= 0, got {value!r}")
+    if reference is not None and not callable(reference):
+        raise TypeError("check_env: reference must be a callable (state, actions) -> "
+                        "(next_state, obs, reward, terminated, truncated), "
+                        f"got {type(reference).__name__}")
+    if isinstance(skip, str):
+        raise TypeError("check_env: skip must be a collection of check names, not a string")
+    unknown = set(skip) - set(CHECKS)
+    if unknown:
+        raise ValueError(f"check_env: unknown check names in skip: {sorted(unknown)} "
+                         f"(checks: {', '.join(CHECKS)})")

@@ -1,0 +1,155 @@
+"""Values as check_env reports them, and comparisons that find the first difference.
+
+`mismatch` compares two arrays entry by entry; `reference_difference` one step of
+an env with its reference's; `lockstep` steps two envs with the same random actions
+and compares everything they return.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def as_numpy(value) -> np.ndarray:
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+def first_index(mask: torch.Tensor):
+    """The index (a tuple) of the first true entry of a bool tensor, or None."""
+    return tuple(mask.nonzero()[0].tolist()) if bool(mask.any()) else None
+
+
+def index_text(idx) -> str:
+    return "[" + ", ".join(str(int(i)) for i in idx) + "]"
+
+
+def value_text(value) -> str:
+    """A numpy or torch scalar as plain text: 9 significant digits for floats."""
+    value = value.item() if hasattr(value, "item") else value
+    return f"{value:.9g}" if isinstance(value, float) else str(value)
+
+
+def one_line(exc) -> str:
+    """An exception's message on one line of at most 300 characters."""
+    text = " ".join(str(exc).split())
+    return text if len(text) < 300 else text[:297] + "..."
+
+
+def tensor_problems(name, tensor, shape, dtype, device) -> list:
+    """How `tensor` differs from a torch tensor of that shape, dtype and device."""
+    if not isinstance(tensor, torch.Tensor):
+        return [f"{name} is a {type(tensor).__name__}, not a torch tensor"]
+    problems = []
+    if tuple(tensor.shape) != tuple(shape):
+        problems.append(f"{name} has shape {tuple(tensor.shape)}, expected {tuple(shape)}")
+    if tensor.dtype != dtype:
+        problems.append(f"{name} has dtype {tensor.dtype}, expected {dtype}")
+    if tensor.device != device:
+        problems.append(f"{name} is on {tensor.device}, expected env.device {device}")
+    return problems
+
+
+def mismatch(name, got, want, atol=0.0, rtol=0.0, rows=None, labels=("got", "want")):
+    """The first differing entry of `got` and `want` as text, or None.
+
+    Floats within atol + rtol*|want| (NaN equals NaN), others exactly;
+    `rows` (a bool mask over the first axis) limits the comparison.
+    """
+    got, want = as_numpy(got), as_numpy(want)
+    if got.shape != want.shape:
+        return f"{name} has shape {got.shape}, expected {want.shape}"
+    if got.dtype.kind == "f" or want.dtype.kind == "f":
+        g, w = got.astype(np.float64), want.astype(np.float64)
+        close = np.isclose(g, w, atol=atol, rtol=rtol, equal_nan=True) if (atol or rtol) \
+            else ((g == w) | (np.isnan(g) & np.isnan(w)))
+    else:
+        close = got == want
+    if rows is not None:
+        close = close | ~np.asarray(rows, dtype=bool).reshape((-1,) + (1,) * (close.ndim - 1))
+    if close.all():
+        return None
+    idx = tuple(np.argwhere(~close)[0])
+    return (f"{name}{index_text(idx)}: {labels[0]} {value_text(got[idx])}, "
+            f"{labels[1]} {value_text(want[idx])}"
+            + (f" (tolerance atol={atol:g}, rtol={rtol:g})" if (atol or rtol) else ""))
+
+
+def reference_problem(answer, state_names) -> str | None:
+    """What keeps a reference's return value from check_env's protocol, or None."""
+    if not isinstance(answer, (tuple, list)) or len(answer) != 5 \
+            or not isinstance(answer[0], dict):
+        return ("the reference must return (next_state dict, obs, reward, terminated, "
+                "truncated)")
+    unknown = set(answer[0]) - set(state_names)
+    if unknown:
+        return (f"the reference's next_state has keys {sorted(unknown)} that are not state "
+                f"arrays (state arrays: {', '.join(sorted(state_names))})")
+    return None
+
+
+def reference_difference(answer, got, got_state, scopes, atol, rtol) -> str | None:
+    """The first entry where one env step disagrees with the reference's `answer`, as
+    text, or None. `got`: the env's obs, reward, terminated, truncated and
+    info["final_obs"] by those names; `got_state`: its state after the step; both of
+    the replicas the reference was given. `scopes`: state name -> scope."""
+    next_state, obs, reward, terminated, truncated = answer
+    terminated = np.asarray(terminated, dtype=bool)
+    truncated = np.asarray(truncated, dtype=bool)
+    labels = ("env", "reference")
+    found = (mismatch("terminated", got["terminated"], terminated, labels=labels)
+             or mismatch("truncated", got["truncated"], truncated, labels=labels)
+             or mismatch("reward", got["reward"], reward, atol, rtol, labels=labels))
+    if found:
+        return found
+    # the flags agree; a finished replica's obs is its final one (the env has already
+    # reset it, so its next_state is not compared)
+    live = ~(terminated | truncated)
+    found = (mismatch("obs", got["obs"], obs, atol, rtol, rows=live, labels=labels)
+             or mismatch('info["final_obs"]', got['info["final_obs"]'], obs, atol, rtol,
+                         rows=~live, labels=labels))
+    if found:
+        return found
+    for name, value in next_state.items():
+        rows = None if scopes[name] == "global" else live
+        found = mismatch(name, got_state[name], value, atol, rtol, rows=rows, labels=labels)
+        if found:
+            return found
+    return None
+
+
+def random_actions(generator, env) -> torch.Tensor:
+    """Actions uniform over each action component, (num_envs, num_agents, components) int32."""
+    cols = [torch.randint(0, int(k), (env.num_envs, env.num_agents), generator=generator)
+            for k in env.action_nvec]
+    return torch.stack(cols, dim=-1).to(torch.int32)
+
+
+def lockstep(a, b, steps, seed, atol, rtol, labels):
+    """Step two envs with the same random actions; the first difference as text, or None."""
+    gen = torch.Generator().manual_seed(seed)
+    found = mismatch("obs", a.reset(seed=seed), b.reset(seed=seed), atol, rtol, labels=labels)
+    if found:
+        return f"after reset: {found}"
+    for t in range(steps):
+        actions = random_actions(gen, a)
+        out_a = a.step(actions.to(a.device))
+        out_b = b.step(actions.to(b.device))
+        done = as_numpy(out_a[2] | out_a[3])
+        for k, name in enumerate(("obs", "reward", "terminated", "truncated")):
+            found = mismatch(name, out_a[k], out_b[k], atol, rtol, labels=labels)
+            if found:
+                return f"at step {t}: {found}"
+        found = mismatch('info["final_obs"]', out_a[4]["final_obs"], out_b[4]["final_obs"],
+                         atol, rtol, rows=done, labels=labels)
+        if found:
+            return f"at step {t}: {found}"
+    state_a, state_b = a.get_state(include_rng=True), b.get_state(include_rng=True)
+    for name in state_a:
+        exact = name == "rng_state"  # the streams must agree to the bit on any backend
+        found = mismatch(name, state_a[name], state_b[name], 0.0 if exact else atol,
+                         0.0 if exact else rtol, labels=labels)
+        if found:
+            return f"in the state after {steps} steps: {found}"
+    return None

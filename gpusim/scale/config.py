@@ -1,0 +1,54 @@
+"""`ScaleConfig`: the `scale` section of a run's config (multi-process runs, `--auto_scale`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpusim.config import require
+from gpusim.errors import ConfigError, GpusimError
+from gpusim.scale.search import parse_size
+
+OBJECTIVES = ("throughput", "memory")
+
+
+@dataclass(frozen=True)
+class ScaleConfig:
+    """Multi-process runs and `--auto_scale` (gpusim.scale.search, gpusim.training.autoscale)."""
+    objective: str = "throughput"    # throughput: the fastest training; memory: the largest
+                                     # num_envs, then rollout_len, that fit
+    saturation: float = 0.05         # throughput: stop doubling num_envs (or minibatch rows)
+                                     # once a doubling gains less than this
+    memory_budget: str | None = None  # e.g. "2GiB" per process; default below
+    cpu_memory_fraction: float = 0.5  # default CPU budget: this share of free RAM
+    headroom: float = 0.1            # share of the budget no trial may use
+    max_num_envs: int = 65536
+    max_rollout_len: int = 1024
+    min_rollout_len: int = 32        # the learning floor (GAE needs a horizon), capped at the
+                                     # env's time limit; memory: halve num_envs until it fits
+    min_minibatch_rows: int = 4096   # throughput: where the minibatch-rows search starts
+    trial_iterations: int = 2        # throughput: timed training iterations per trial
+                                     # (after one warm-up iteration)
+    env_share: float = 0.25          # memory: the share the replica search may fill; the
+                                     # rest is left for the training batch
+    env_trial_steps: int = 5         # memory: steps after reset in a replica-count trial
+    time_limit_s: float = 900.0      # whole search: no new trial starts after this
+    timeout_s: float = 600.0         # how long ranks wait for each other (compiles, rendezvous)
+
+    def check(self):
+        require(self.objective in OBJECTIVES, "scale.objective", f"must be one of {OBJECTIVES}")
+        if self.memory_budget is not None:
+            try:
+                parse_size(self.memory_budget)
+            except GpusimError as exc:
+                raise ConfigError(f"config key 'scale.memory_budget': {exc}") from None
+        require(0 < self.saturation < 1, "scale.saturation", "must lie in (0, 1)")
+        require(0 < self.cpu_memory_fraction <= 1, "scale.cpu_memory_fraction",
+                "must lie in (0, 1]")
+        require(0 <= self.headroom < 1, "scale.headroom", "must lie in [0, 1)")
+        require(0 < self.env_share <= 1, "scale.env_share", "must lie in (0, 1]")
+        for key in ("max_num_envs", "max_rollout_len", "min_rollout_len", "env_trial_steps",
+                    "min_minibatch_rows", "trial_iterations"):
+            require(getattr(self, key) >= 1, f"scale.{key}", "must be at least 1")
+        require(self.min_rollout_len <= self.max_rollout_len, "scale.min_rollout_len",
+                "must not exceed scale.max_rollout_len")
+        for key in ("time_limit_s", "timeout_s"):
+            require(getattr(self, key) > 0, f"scale.{key}", "must be positive")

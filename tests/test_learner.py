@@ -1,0 +1,141 @@
+"""The learner's speed features keep its semantics: chunked minibatches, bf16 autocast,
+torch.compile's fallback, and the batched truncation bootstrap."""
+import dataclasses
+
+import pytest
+import torch
+
+from gpusim.envs import env_class
+from gpusim.errors import ConfigError
+from gpusim.training import acceleration
+from gpusim.training.config import load_run_config
+from gpusim.training.trainer import Trainer
+
+CARTPOLE = env_class("cartpole")
+
+
+def cartpole_trainer(env=None, **trainer):
+    overrides = {"trainer.backend": "cpu", "trainer.num_envs": 8, "trainer.rollout_len": 32,
+                 "trainer.target_return": None}
+    overrides.update({f"trainer.{k}": v for k, v in trainer.items()})
+    overrides.update({f"env.{k}": v for k, v in (env or {}).items()})
+    return Trainer(load_run_config("cartpole", CARTPOLE, overrides=overrides), CARTPOLE)
+
+
+def gradients_of_one_step(trainer, rows=None):
+    """The gradient of the first minibatch step of the update (the optimizer is not stepped)."""
+    group = trainer.groups[0]
+    if rows is not None:
+        trainer.config = dataclasses.replace(trainer.config, trainer=dataclasses.replace(
+            trainer.config.trainer, max_minibatch_rows=rows))
+    step = group.optimizer.step
+    group.optimizer.step = lambda: None
+    try:
+        index = torch.arange(trainer.buffer.rewards[:, :, group.agents].numel())
+        advantages = torch.linspace(-1, 1, index.numel())
+        returns = torch.linspace(0, 2, index.numel())
+        stats = trainer._minibatch_step(group, index, advantages, returns)
+    finally:
+        group.optimizer.step = step
+    return [p.grad.clone() for p in group.model.parameters()], stats
+
+
+def test_chunked_minibatch_gives_the_unchunked_gradient():
+    trainer = cartpole_trainer(algorithm="a2c", update_epochs=1, num_minibatches=1)
+    trainer.collect()
+    whole, whole_stats = gradients_of_one_step(trainer)          # 256 rows in one pass
+    chunked, chunk_stats = gradients_of_one_step(trainer, rows=37)  # 7 chunks, the last short
+    for a, b in zip(whole, chunked):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(whole_stats, chunk_stats, rtol=1e-5, atol=1e-7)
+
+
+def test_minibatch_rows_are_capped(monkeypatch):
+    trainer = cartpole_trainer(num_minibatches=2, update_epochs=1, max_minibatch_rows=50)
+    trainer.collect()
+    seen = []
+    original = Trainer._loss
+
+    def spy(self, group, rows, adv, returns):
+        seen.append(rows.numel())
+        return original(self, group, rows, adv, returns)
+    monkeypatch.setattr(Trainer, "_loss", spy)
+    trainer.update(trainer.groups[0], 1e-3)
+    # 256 rows, 2 minibatches of 128, each in chunks of at most 50
+    assert seen == [50, 50, 28, 50, 50, 28]
+
+
+def test_bf16_autocast_gradients_agree_with_fp32():
+    """bf16 matmuls, fp32 weights and reductions: the gradient's direction is the fp32 one."""
+    fp32 = cartpole_trainer(precision="fp32", algorithm="a2c", update_epochs=1,
+                            num_minibatches=1)
+    fp32.collect()
+    bf16 = cartpole_trainer(precision="bf16", algorithm="a2c", update_epochs=1,
+                            num_minibatches=1)
+    bf16.buffer = fp32.buffer  # the same rollout; the models start from the same seed
+    for a, b in zip(fp32.groups[0].model.parameters(), bf16.groups[0].model.parameters()):
+        assert torch.equal(a, b)
+    want, _ = gradients_of_one_step(fp32)
+    got, _ = gradients_of_one_step(bf16)
+    for a, b in zip(want, got):
+        assert a.dtype == b.dtype == torch.float32
+        cosine = torch.nn.functional.cosine_similarity(a.flatten(), b.flatten(), dim=0)
+        relative = (a - b).norm() / a.norm().clamp_min(1e-12)
+        assert cosine > 0.99 and relative < 0.1, (float(cosine), float(relative))
+
+
+def test_precision_resolution():
+    cpu = torch.device("cpu")
+    assert acceleration.resolve_precision("auto", cpu).name == "fp32"
+    assert acceleration.resolve_precision("bf16", cpu).name == "bf16"
+    with pytest.raises(ConfigError, match="tf32 needs a CUDA GPU"):
+        acceleration.resolve_precision("tf32", cpu)
+    assert not acceleration.compile_enabled("auto", cpu)
+    assert acceleration.compile_enabled("on", cpu)
+    with pytest.raises(ConfigError, match="'trainer.precision' must be one of"):
+        load_run_config("cartpole", CARTPOLE, overrides={"trainer.precision": "fp8"})
+
+
+def test_a_failing_compile_falls_back_with_one_line(monkeypatch, capsys):
+    def broken_compile(fn, **kwargs):
+        def compiled(*args):
+            raise RuntimeError("inductor exploded\nwith a long traceback")
+        return compiled
+    monkeypatch.setattr(acceleration.torch, "compile", broken_compile)
+    trainer = cartpole_trainer(compile="on", total_steps=8 * 32 * 2)
+    summary = trainer.train()
+    assert summary["iterations"] == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if "torch.compile" in line]
+    # one line per compiled function (rollout and update), each said once
+    assert len(lines) == 2 and all("inductor exploded" in line for line in lines)
+    assert not any(g.act.active or g.evaluate.active for g in trainer.groups)
+
+
+@pytest.mark.slow
+def test_torch_compile_on_the_cpu_trains():
+    trainer = cartpole_trainer(compile="on", total_steps=8 * 32 * 2)
+    trainer.train()
+    assert all(g.act.active and g.evaluate.active for g in trainer.groups)
+
+
+@pytest.mark.parametrize("name, env", [
+    ("cartpole", {"max_episode_steps": 12}),
+    ("tag_gridworld", {"episode_length": 7}),
+])
+def test_batched_truncation_bootstrap_equals_a_per_step_one(name, env):
+    """Flushing the slots every time_limit steps adds exactly what a critic call on
+    every step's final observations would (interval 1)."""
+    cls = env_class(name)
+    overrides = {"trainer.backend": "cpu", "trainer.num_envs": 6, "trainer.rollout_len": 40,
+                 **{f"env.{k}": v for k, v in env.items()}}
+    trainers = [Trainer(load_run_config(name, cls, overrides={**overrides, **extra}), cls)
+                for extra in ({}, {}, {"trainer.gamma": 0.0})]
+    assert trainers[0].bootstrap.interval == next(iter(env.values()))
+    trainers[1].bootstrap.interval = 1
+    for trainer in trainers:
+        trainer.collect()
+    batched, per_step, raw = (t.buffer.rewards for t in trainers)
+    torch.testing.assert_close(batched, per_step, rtol=1e-6, atol=1e-6)
+    # with gamma 0 nothing is added: the env's own rewards, so truncations did happen
+    bootstrapped = (batched != raw).any(-1)
+    assert 3 <= int(bootstrapped.sum()) and not bootstrapped[:min(env.values()) - 1].any()

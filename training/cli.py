@@ -1,0 +1,184 @@
+"""`python -m gpusim.train`: train policies on a gpusim environment.
+
+    python -m gpusim.train --env tag_continuous
+    python -m gpusim.train --env tag_continuous --auto_scale
+    python -m gpusim.train --env tag_continuous --num_gpus 4
+    torchrun --nnodes 2 --nproc_per_node 8 ... -m gpusim.train --env tag_continuous
+    python -m gpusim.train --resume runs/cartpole_20261121-120000_seed0
+
+Every process runs `worker`: bind to its device, join the others (when there
+are several), optionally auto-scale, then train. `--num_gpus N` starts N such
+processes here; torchrun starts them itself.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from gpusim.backends import BACKEND_NAMES, check_process_count
+from gpusim.envs import env_class
+from gpusim.errors import GpusimError, describe
+from gpusim.scale import distributed
+from gpusim.scale.device import DeviceContext
+
+from . import checkpoint
+from .autoscale import auto_scale
+from .config import load_run_config, load_run_dir_config
+from .logger import RunLogger, new_run_dir
+from .trainer import Trainer
+
+FLAG_KEYS = {"backend": "trainer.backend", "num_envs": "trainer.num_envs",
+             "rollout_len": "trainer.rollout_len", "total_steps": "trainer.total_steps",
+             "seed": "trainer.seed", "memory_budget": "scale.memory_budget"}
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m gpusim.train", description=__doc__.split("\n")[0])
+    parser.add_argument("--env", help="registered env name, or module:Class for your own env")
+    parser.add_argument("--config", help="YAML with env/trainer/policy/scale sections "
+                                         "(default: the env's config.yaml)")
+    parser.add_argument("--backend", choices=BACKEND_NAMES)
+    parser.add_argument("--num_envs", type=int)
+    parser.add_argument("--rollout_len", type=int)
+    parser.add_argument("--total_steps", type=int)
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--num_gpus", type=int, default=1, metavar="N",
+                        help="processes to start here, one per GPU (with --backend cpu: "
+                             "CPU worker processes); under torchrun leave it out")
+    parser.add_argument("--auto_scale", action="store_true",
+                        help="pick the largest num_envs, then rollout_len, that fit the device")
+    parser.add_argument("--memory_budget", metavar="SIZE",
+                        help="with --auto_scale: memory per process to fill, e.g. 2GiB")
+    parser.add_argument("--results_dir", default="runs", help="where run directories go")
+    parser.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its latest checkpoint")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override any config field, e.g. trainer.lr=3e-4 (repeatable)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    return parser.parse_args(argv)
+
+
+def resolve_config(args):
+    """(env class, run config) from the arguments; no side effects, so every rank can call it."""
+    overrides = {key: getattr(args, flag) for flag, key in FLAG_KEYS.items()
+                 if getattr(args, flag) is not None}
+    if args.memory_budget is not None and not args.auto_scale:
+        raise GpusimError("--memory_budget bounds the --auto_scale search; add --auto_scale")
+    if args.auto_scale:
+        fixed = [f"--{f}" for f in ("num_envs", "rollout_len") if getattr(args, f) is not None]
+        if fixed or args.resume:
+            raise GpusimError(f"--auto_scale picks num_envs and rollout_len for a new run; "
+                              f"drop {', '.join(fixed) or '--resume'}")
+    if args.resume:
+        run_dir = Path(args.resume)
+        if not (run_dir / "config.yaml").is_file():
+            raise GpusimError(f"cannot resume: {run_dir} is not a run directory (no config.yaml)")
+        changed = [f"--{f}" for f in ("env", "config") if getattr(args, f)] + \
+                  [f"--{f}" for f in FLAG_KEYS if f != "total_steps" and getattr(args, f) is not None]
+        if changed or args.set:
+            raise GpusimError(f"--resume continues a run as configured; only --total_steps may "
+                              f"change (got {', '.join(changed + ['--set'] * bool(args.set))})")
+        return load_run_dir_config(run_dir, overrides)
+    if not args.env:
+        raise GpusimError("--env is required (or --resume RUN_DIR)")
+    cls = env_class(args.env)
+    return cls, load_run_config(args.env, cls, path=args.config, overrides=overrides,
+                                sets=args.set)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        context = DeviceContext.from_environment()
+        if context.world_size > 1:  # started by torchrun (or our launcher): one rank
+            if args.num_gpus != 1:
+                raise GpusimError("under torchrun the number of processes comes from torchrun; "
+                                  "drop --num_gpus")
+            return worker(args)
+        if args.num_gpus == 1:
+            return worker(args)
+        _, config = resolve_config(args)  # bad input: one error here, not one per process
+        check_process_count(config.trainer.backend, args.num_gpus)
+        distributed.launch(args.num_gpus, worker, args, timeout_s=config.scale.timeout_s)
+        return 0
+    except distributed.RankFailed as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except GpusimError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\ninterrupted: continue with --resume RUN_DIR", file=sys.stderr)
+        return 130
+
+
+def worker(args) -> int:
+    """One process of a run (the only one, or one rank of several)."""
+    context = DeviceContext.from_environment()
+    if context.world_size == 1:
+        return train(args, context)
+    try:
+        code = train(args, context)
+    except distributed.RankFailed:
+        raise
+    except BaseException as exc:
+        if distributed.launched_here():  # the launcher reports it
+            raise
+        print(f"error: rank {context.rank}: {describe(exc)}", file=sys.stderr)
+        code = 1  # torchrun: each rank reports for itself
+    finally:
+        distributed.shutdown()
+    if distributed.launched_here():
+        return code
+    distributed.exit_now(code)  # torchrun: see exit_now
+
+
+def train(args, context) -> int:
+    cls, config = resolve_config(args)
+    context.bind(config.trainer.backend, quiet=args.quiet)
+    distributed.init(context, config.scale.timeout_s)
+    if args.auto_scale:
+        config = auto_scale(config, cls, context)
+    state = checkpoint.load_latest(Path(args.resume) / "checkpoints") if args.resume else None
+    logger = None
+    if context.is_main:
+        run_dir = Path(args.resume) if args.resume else \
+            new_run_dir(args.results_dir, config.env_name, config.trainer.seed)
+        config.dump(run_dir / "config.yaml")
+        print(f"run directory: {run_dir}", flush=True)
+        logger = RunLogger(run_dir, config.trainer.num_iterations(context.world_size),
+                           quiet=args.quiet)
+    trainer = Trainer(config, cls, context, logger)
+    if context.is_main:
+        t = config.trainer
+        print(f"{config.env_name}: {context.world_size} x {t.num_envs} replicas x "
+              f"{trainer.env.num_agents} agents on {trainer.env.backend.name}, {t.algorithm}, "
+              f"{trainer.num_iterations} iterations of {trainer.steps_per_iteration:,} env steps",
+              flush=True)
+    if state is not None:
+        trainer.load_state_dict(state)
+        if logger is not None:
+            logger.truncate_metrics(trainer.iteration)
+            print(f"resumed at iteration {trainer.iteration}", flush=True)
+    try:
+        summary = trainer.train()
+    finally:
+        if logger is not None:
+            logger.close()
+    if not context.is_main:
+        return 0
+    rate = summary["env_steps"] / summary["time_s"] if summary["time_s"] else 0.0
+    if config.auto_scale_report is not None:
+        config.auto_scale_report["final_env_steps_per_s"] = round(rate, 1)
+        config.dump(run_dir / "config.yaml")
+    returns = ", ".join(f"{name} {value:.3f}" if value is not None else f"{name} n/a"
+                        for name, value in summary["episode_return"].items())
+    solved = " (target return reached)" if summary["solved"] else ""
+    print(f"done{solved}: {summary['iterations']} iterations, {summary['env_steps']:,} env steps in "
+          f"{summary['time_s']:.1f} s ({rate:,.0f} steps/s); mean return over the last "
+          f"{min(100, summary['episodes'])} episodes: {returns}; run directory: {run_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

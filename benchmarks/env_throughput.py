@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
 import time
 
-import numpy as np
 import torch
 
 import gpusim
+from common import machine
 from gpusim.backends import cuda_works
 from gpusim.envs.tag_continuous import reference
 
@@ -29,19 +27,6 @@ CONFIGS = {"5+100": dict(num_taggers=5, num_runners=100),
            "10+100": dict(num_taggers=10, num_runners=100)}
 REPLICAS = (1, 4, 16, 64, 256, 1024, 4096)
 QUICK_REPLICAS = (1, 64, 256, 1024)
-
-
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    gpu = torch.cuda.get_device_name(0) if cuda_works()[0] else "none"
-    import numba
-    return (f"CPU: {cpu}, {os.cpu_count()} cores | GPU: {gpu} | torch {torch.__version__}, "
-            f"numba {numba.__version__}, numpy {np.__version__}")
 
 
 def action_pool(env, size=16, seed=0):

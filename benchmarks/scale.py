@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import re
 import subprocess
 import sys
@@ -23,22 +21,7 @@ from pathlib import Path
 
 import yaml
 
-
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = re.search(r"model name\s*:\s*(.*)", f.read()).group(1)
-    except (OSError, AttributeError):
-        pass
-    text = f"{cpu}, {os.cpu_count()} cores"
-    try:
-        import torch
-        if torch.cuda.is_available():
-            text += f", GPU {torch.cuda.get_device_name(0)}"
-    except ImportError:
-        pass
-    return text
+from common import machine
 
 
 def train(args, extra, results) -> dict:

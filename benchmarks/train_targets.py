@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from env_throughput import machine  # noqa: E402
+from common import machine  # noqa: E402
 
 SB3_SCRIPT = r"""
 import sys, time, numpy as np

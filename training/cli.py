@@ -135,7 +135,8 @@ def worker(args) -> int:
 
 def train(args, context) -> int:
     cls, config = resolve_config(args)
-    context.bind(config.trainer.backend, quiet=args.quiet)
+    context.bind(config.trainer.backend, quiet=args.quiet,
+                 torch_threads=config.trainer.torch_threads)
     distributed.init(context, config.scale.timeout_s)
     if args.auto_scale:
         config = auto_scale(config, cls, context)

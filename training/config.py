@@ -51,7 +51,8 @@ class TrainerConfig:
     checkpoint_every: int = 10     # iterations
     target_return: float | None = None  # stop once every policy's mean return over the
                                         # last 100 finished episodes reaches this
-    torch_threads: int = 0         # 0: torch's default
+    torch_threads: int = 0         # CPU: the learner's threads (0: all the process's cores);
+                                   # numba's env kernels get the rest (gpusim.scale.device)
 
     def check(self):
         require(self.algorithm in ALGORITHMS, "trainer.algorithm", f"must be one of {ALGORITHMS}")

@@ -147,12 +147,10 @@ class Trainer:
         and checkpoints."""
         self.config = config
         t = config.trainer
-        if t.torch_threads:
-            torch.set_num_threads(t.torch_threads)
         torch.manual_seed(t.seed)
         if context is None:
             context = DeviceContext()
-            context.bind(t.backend, quiet=True)
+            context.bind(t.backend, quiet=True, torch_threads=t.torch_threads)
         self.distributed = context.world_size > 1
         self.rank = context.rank
         self.world_size = context.world_size

@@ -36,6 +36,12 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def split_threads(cores: int, torch_threads: int = 0) -> tuple[int, int]:
+    """(torch threads, numba threads) whose pools, sharing the calling thread, fill `cores`."""
+    torch_count = min(torch_threads, cores) if torch_threads else cores
+    return torch_count, cores - torch_count + 1
+
+
 def _meminfo_bytes(field: str) -> int:
     try:
         with open("/proc/meminfo") as f:
@@ -87,16 +93,28 @@ class DeviceContext:
             raise GpusimError("DeviceContext.bind() has not been called")
         return self.backend.device
 
-    def bind(self, backend_name: str = "auto", quiet: bool = False) -> Backend:
-        """Bind this process to its device: `cuda:local_rank`, or its share of the CPU cores."""
+    def bind(self, backend_name: str = "auto", quiet: bool = False,
+             torch_threads: int = 0) -> Backend:
+        """Bind this process to its device: `cuda:local_rank`, or its share of the CPU cores.
+
+        On the CPU, torch (the learner) and numba (the env kernels) each keep a
+        thread pool that includes the calling thread, so together they run
+        torch + numba - 1 threads. That never exceeds the process's cores:
+        torch gets `torch_threads` (0: all of them), numba the rest plus the
+        calling thread. Oversubscribed pools spin against each other.
+        """
         self.backend = get_backend(backend_name, device_index=self.local_rank,
                                    quiet=quiet or not self.is_main)
         if self.backend.device.type == "cpu":
-            threads = max(1, usable_cores() // self.local_world_size)
-            torch.set_num_threads(threads)
+            torch_count, numba_count = split_threads(self.cores(), torch_threads)
+            torch.set_num_threads(torch_count)
             import numba
-            numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+            numba.set_num_threads(min(numba_count, numba.config.NUMBA_NUM_THREADS))
         return self.backend
+
+    def cores(self) -> int:
+        """The cores this process may use: its affinity, shared by the processes here."""
+        return max(1, usable_cores() // self.local_world_size)
 
     # ---- memory --------------------------------------------------------------
     def memory(self) -> tuple[int, int]:

@@ -1,0 +1,268 @@
+"""End-to-end training throughput: gpusim and WarpDrive side by side, and the learner's limit.
+
+    python benchmarks/train_throughput.py                       # every row this machine can run
+    python benchmarks/train_throughput.py --num_envs 1000 4000 --json rows.json
+
+One run, one device, the same env config (tag_continuous, 10 taggers + 100
+runners) and the same training config (A2C, [256, 256] ReLU MLPs per policy,
+rollout 100) for both systems. Rows:
+- gpusim and WarpDrive at each `--num_envs` (default 1000 and 4000 on a GPU,
+  16 and 64 on a CPU);
+- gpusim's default PPO recipe (`python -m gpusim.train --env tag_continuous`);
+- gpusim auto-scaled (`--auto_scale`, objective throughput) from that recipe;
+- the learner limit: the same MLP shapes timed alone on the same device (a
+  rollout forward and an A2C update per agent-step), as env-steps/s, and each
+  gpusim row's share of it.
+Each row trains one warm-up iteration, then times `--iterations` more, and
+prints env-steps/s end to end with its time split.
+
+WarpDrive runs only where it is installed and a CUDA GPU works; install it
+for the benchmark only (never as a project dependency):
+    pip install --no-deps rl-warp-drive==2.7.1 gym==0.26.2
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+
+import torch
+
+from common import machine
+from gpusim.backends import cuda_works
+from gpusim.envs import env_class
+from gpusim.scale.device import DeviceContext
+from gpusim.training.acceleration import resolve_precision
+from gpusim.training.autoscale import auto_scale, measure_training
+from gpusim.training.config import load_run_config
+from gpusim.training.models import ActorCritic
+from gpusim.training.trainer import Trainer
+
+ENV = "tag_continuous"
+ENV_CONFIG = {"num_taggers": 10, "num_runners": 100}
+HIDDEN = (256, 256)
+
+
+def a2c_config(num_envs: int, rollout_len: int, backend: str):
+    """The side-by-side training config, as gpusim's run config."""
+    return load_run_config(ENV, env_class(ENV), overrides={
+        "trainer.backend": backend, "trainer.algorithm": "a2c", "trainer.update_epochs": 1,
+        "trainer.num_minibatches": 1, "trainer.num_envs": num_envs,
+        "trainer.rollout_len": rollout_len, "trainer.gamma": 0.98,
+        "policy.hidden_sizes": list(HIDDEN), "policy.activation": "relu",
+        **{f"env.{k}": v for k, v in ENV_CONFIG.items()}})
+
+
+def gpusim_row(name: str, config, context, iterations: int) -> dict:
+    trainer = Trainer(config, env_class(ENV), context)
+    measured = measure_training(trainer, iterations)
+    t = config.trainer
+    return {"system": "gpusim", "config": name, "num_envs": t.num_envs,
+            "rollout_len": t.rollout_len, "env_steps_per_s": measured["env_steps_per_s"],
+            "split": measured["time_share"]}
+
+
+# ---- WarpDrive -----------------------------------------------------------------------
+def warpdrive_unavailable() -> str | None:
+    ok, why = cuda_works()
+    if not ok:
+        return f"needs a CUDA GPU ({why})"
+    try:
+        import warp_drive  # noqa: F401
+    except ImportError:
+        return "not installed (pip install --no-deps rl-warp-drive==2.7.1 gym==0.26.2)"
+    return None
+
+
+def warpdrive_row(num_envs: int, rollout_len: int, iterations: int) -> dict:
+    """WarpDrive 2.7.1's own trainer (TrainerA2C) on the same env and training config."""
+    import types
+    try:
+        import pycuda.driver  # noqa: F401
+    except ImportError:  # imported at module level by parts WarpDrive's numba path never uses
+        for name in ("pycuda", "pycuda.driver", "pycuda.compiler", "pycuda.tools"):
+            sys.modules.setdefault(name, types.ModuleType(name))
+    import tempfile
+    from example_envs.tag_continuous.tag_continuous import TagContinuous
+    from warp_drive.env_wrapper import EnvWrapper
+    from warp_drive.training.trainers.trainer_a2c import TrainerA2C
+    from warp_drive.training.trainers.trainer_base import PerfStats
+
+    env_config = {**vars_of_env_config(), "seed": 0}
+    policy = {"to_train": True, "algorithm": "A2C", "vf_loss_coeff": 0.5,
+              "entropy_coeff": 0.01, "clip_grad_norm": True, "max_grad_norm": 0.5,
+              "normalize_advantage": False, "normalize_return": False, "gamma": 0.98,
+              "lr": 3e-4, "model": {"type": "fully_connected", "fc_dims": list(HIDDEN),
+                                    "model_ckpt_filepath": ""}}
+    batch = num_envs * rollout_len
+    total_iterations = iterations + 1
+    config = {
+        "name": ENV, "env": env_config,
+        "trainer": {"num_envs": num_envs, "train_batch_size": batch, "seed": 0,  # an int:
+                    # its default seed, np.int32(time), is refused by random.seed on 3.11+
+                    "num_episodes": -(-total_iterations * batch // env_config["episode_length"])},
+        "policy": {"tagger": dict(policy), "runner": dict(policy)},
+        "saving": {"metrics_log_freq": 10**9, "model_params_save_freq": 10**9,
+                   "basedir": tempfile.mkdtemp(prefix="warpdrive-"), "name": ENV,
+                   "tag": "benchmark"},
+    }
+    wrapper = EnvWrapper(TagContinuous(**env_config), num_envs=num_envs, env_backend="numba")
+    trainer = TrainerA2C(env_wrapper=wrapper, config=config, verbose=False,
+                         policy_tag_to_agent_id_map={"tagger": list(wrapper.env.taggers),
+                                                     "runner": list(wrapper.env.runners)})
+    trainer.cuda_envs.reset_all_envs()
+    seconds = 0.0
+    for iteration in range(total_iterations):
+        if iteration == 1:  # after the warm-up
+            trainer.perf_stats = PerfStats()
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        trainer._generate_rollout_batch()
+        trainer._update_model_params(iteration)
+        torch.cuda.synchronize()
+        if iteration >= 1:
+            seconds += time.perf_counter() - start
+    stats = trainer.perf_stats
+    parts = {"forward": stats.policy_eval_time, "sampling": stats.action_sample_time,
+             "env": stats.env_step_time, "update": stats.training_time}
+    trainer.graceful_close()
+    return {"system": "warpdrive", "config": "a2c", "num_envs": num_envs,
+            "rollout_len": rollout_len, "env_steps_per_s": round(iterations * batch / seconds, 1),
+            "split": {k: round(v / seconds, 3) for k, v in parts.items()}}
+
+
+def vars_of_env_config() -> dict:
+    """gpusim's tag_continuous config as WarpDrive's keyword arguments (the same names)."""
+    import dataclasses
+    config = env_class(ENV).config_class.load(**ENV_CONFIG)
+    values = dataclasses.asdict(config)
+    values.pop("tagger_ids")
+    return values
+
+
+# ---- the learner's limit ----------------------------------------------------------------
+def learner_limit(device: torch.device, precision: str, rows: int, repeats: int = 5) -> dict:
+    """Env-steps/s the learner alone allows: per agent-step one rollout forward and one
+    A2C update row (forward, backward, Adam) of the same MLP shapes."""
+    env = env_class(ENV)(num_envs=1, backend="cpu", config=env_class(ENV).config_class.load(
+        **ENV_CONFIG))
+    model = ActorCritic(env.obs_dim, env.action_nvec, HIDDEN, "relu").to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-4, eps=1e-5)
+    autocast = resolve_precision(precision, device).autocast
+    obs = torch.randn((rows, env.obs_dim), device=device)
+    actions = torch.stack([torch.randint(0, n, (rows,), device=device)
+                           for n in env.action_nvec], -1).to(torch.int32)
+
+    def forward():
+        with torch.no_grad(), autocast():
+            model.act(obs)
+
+    def update():
+        with autocast():
+            log_prob, entropy, value = model.evaluate(obs, actions)
+        loss = -log_prob.mean() - 0.01 * entropy.mean() + 0.5 * (value ** 2).mean()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+        optimizer.step()
+
+    per_row = {name: timed(fn, device, repeats) / rows for name, fn in
+               (("forward", forward), ("update", update))}
+    seconds_per_env_step = env.num_agents * (per_row["forward"] + per_row["update"])
+    return {"system": "learner limit", "config": f"a2c {list(HIDDEN)}, {rows:,} rows",
+            "num_envs": None, "rollout_len": None,
+            "env_steps_per_s": round(1 / seconds_per_env_step, 1),
+            "split": {k: round(v / sum(per_row.values()), 3) for k, v in per_row.items()}}
+
+
+def timed(fn, device, repeats: int) -> float:
+    fn()  # warm-up
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    sync()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    sync()
+    return (time.perf_counter() - start) / repeats
+
+
+# ---- the table ---------------------------------------------------------------------------
+def print_row(row: dict, limit: float | None):
+    split = ", ".join(f"{k} {v:.0%}" for k, v in row["split"].items())
+    same_shapes = row["system"] == "gpusim" and row["config"] == "a2c"  # the limit's model
+    share = f"{row['env_steps_per_s'] / limit:6.1%}" if limit and same_shapes else "      "
+    envs = "" if row["num_envs"] is None else f"{row['num_envs']:>6} x {row['rollout_len']:<4}"
+    print(f"{row['system']:<14} {row['config']:<28} {envs:<13} "
+          f"{row['env_steps_per_s']:>14,.0f}  {share}  {split}", flush=True)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--num_envs", type=int, nargs="+")
+    parser.add_argument("--rollout_len", type=int, default=100)
+    parser.add_argument("--iterations", type=int, default=3, help="timed, after one warm-up")
+    parser.add_argument("--backend", default="auto")
+    parser.add_argument("--limit_rows", type=int, help="rows per learner-limit batch")
+    parser.add_argument("--auto_scale_time_limit", type=float, default=600.0)
+    parser.add_argument("--skip", nargs="*", default=[],
+                        choices=["warpdrive", "recipe", "auto_scale", "limit"])
+    parser.add_argument("--json", help="also write the rows to this file")
+    args = parser.parse_args(argv)
+
+    context = DeviceContext()
+    context.bind(args.backend, quiet=True)
+    device = context.backend.device
+    gpu = device.type == "cuda"
+    sizes = args.num_envs or ([1000, 4000] if gpu else [16, 64])
+    print(f"machine: {machine()}")
+    print(f"device: {device} (backend {context.backend.name}); env {ENV} {ENV_CONFIG}; "
+          f"A2C {list(HIDDEN)} ReLU, rollout {args.rollout_len}; {args.iterations} timed "
+          "iterations per row after one warm-up")
+    print(f"{'system':<14} {'config':<28} {'envs x steps':<13} {'env steps/s':>14}  "
+          f"{'limit':>6}  time split")
+    rows = []
+    limit = None
+    if "limit" not in args.skip:
+        rows.append(learner_limit(device, "auto", args.limit_rows or (1 << 20 if gpu else 16384)))
+        limit = rows[-1]["env_steps_per_s"]
+        print_row(rows[-1], None)
+    why_no_warpdrive = warpdrive_unavailable()
+    for num_envs in sizes:
+        rows.append(gpusim_row("a2c", a2c_config(num_envs, args.rollout_len, args.backend),
+                               context, args.iterations))
+        print_row(rows[-1], limit)
+        if "warpdrive" not in args.skip and why_no_warpdrive is None:
+            rows.append(warpdrive_row(num_envs, args.rollout_len, args.iterations))
+            print_row(rows[-1], limit)
+    if why_no_warpdrive and "warpdrive" not in args.skip:
+        print(f"warpdrive: {why_no_warpdrive}")
+    recipe = load_run_config(ENV, env_class(ENV), overrides={"trainer.backend": args.backend})
+    if "recipe" not in args.skip:
+        rows.append(gpusim_row("ppo recipe", recipe, context, args.iterations))
+        print_row(rows[-1], limit)
+    if "auto_scale" not in args.skip:
+        scaled = replace(recipe, scale=replace(recipe.scale,
+                                               time_limit_s=args.auto_scale_time_limit))
+        print("auto-scale search (its own report follows):", flush=True)
+        scaled = auto_scale(scaled, env_class(ENV), context, log=lambda line: print("  " + line))
+        rows.append(gpusim_row("ppo recipe, auto-scaled", scaled, context, args.iterations))
+        print_row(rows[-1], limit)
+    for row in rows:
+        if row["system"] == "warpdrive":
+            mine = next(r for r in rows if r["system"] == "gpusim"
+                        and r["num_envs"] == row["num_envs"] and r["config"] == "a2c")
+            print(f"gpusim / warpdrive at {row['num_envs']} replicas: "
+                  f"{mine['env_steps_per_s'] / row['env_steps_per_s']:.2f}x")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump([{"system": r["system"], "config": r["config"], "num_envs": r["num_envs"],
+                        "rollout_len": r["rollout_len"],
+                        "env_steps_per_s": r["env_steps_per_s"], "device": str(device),
+                        "time_split": r["split"]} for r in rows], f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -69,6 +69,12 @@ def __getattr__(name):
 class DeviceArrays:
     """The tensors of one env instance, and their kernel views as one namedtuple."""
 
+    @staticmethod
+    def nbytes(specs: dict, num_envs: int, num_agents: int) -> int:
+        """What allocating `specs` would take, before allocating it."""
+        return sum(int(np.prod(spec.full_shape(num_envs, num_agents), dtype=object))
+                   * torch.empty((), dtype=spec.dtype).element_size() for spec in specs.values())
+
     def __init__(self, specs: dict, num_envs: int, num_agents: int, backend):
         for name, spec in specs.items():
             if spec.scope not in _SCOPES:
@@ -90,6 +96,10 @@ class DeviceArrays:
 
     def write(self, name: str, value):
         """Copy `value` into array `name` after checking dtype, shape and layout."""
+        self.tensors[name].copy_(self.checked(name, value))
+
+    def checked(self, name: str, value) -> torch.Tensor:
+        """`value` as a tensor that fits array `name` (dtype, shape, layout), or ArrayError."""
         if name not in self.tensors:
             raise ArrayError(f"unknown array '{name}' (known: {', '.join(self.specs)})")
         target = self.tensors[name]
@@ -107,4 +117,4 @@ class DeviceArrays:
                              f"got {tuple(value.shape)}")
         if not value.is_contiguous():
             raise ArrayError(f"array '{name}' must be contiguous")
-        target.copy_(value)
+        return value

@@ -8,6 +8,7 @@ A class may add a `check(self)` method for cross-field rules, raising
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from pathlib import Path
@@ -23,7 +24,11 @@ def load_yaml(path) -> dict:
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a UTF-8 text file") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark else ""
@@ -94,10 +99,14 @@ def _coerce(key, hint, value):
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"config key '{key}' must be an integer, got {value!r}")
+        if not -2**63 <= value < 2**63:  # kernels and seeds take 64-bit integers
+            raise ConfigError(f"config key '{key}' must fit in 64 bits, got {value}")
         return value
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"config key '{key}' must be a number, got {value!r}")
+        if not math.isfinite(value):  # 1e400 in YAML is inf: it would train on NaN
+            raise ConfigError(f"config key '{key}' must be a finite number, got {value!r}")
         return float(value)
     if hint is str:
         if not isinstance(value, str):

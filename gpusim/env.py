@@ -26,8 +26,16 @@ import torch
 from gpusim import rng
 from gpusim.arrays import ArraySpec, DeviceArrays, namedtuple_type
 from gpusim.backends import Backend, get_backend
-from gpusim.errors import ArrayError
+from gpusim.errors import ArrayError, ConfigError
 from gpusim.kernels import KernelSpec, Section, agent_phase
+
+
+def checked_seed(seed) -> int:
+    """`seed` as an int in [0, 2**64): the RNG streams are keyed by it."""
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) \
+            or not 0 <= int(seed) < 2**64:
+        raise ConfigError(f"seed must be an integer in [0, 2**64), got {seed!r}")
+    return int(seed)
 
 
 @numba.jit(nopython=True)
@@ -57,6 +65,7 @@ class Env:
     action_nvec: tuple
     policies: dict
     time_limit: int | None = None  # None: an episode may be truncated at any step
+    nonnegative_state: tuple = ("timestep",)  # state arrays set_state refuses below 0
 
     def __init__(self, num_envs: int, backend: str | Backend = "auto", seed: int = 0,
                  config=None, check_actions: bool | None = None, env_offset: int = 0):
@@ -67,12 +76,15 @@ class Env:
         self.backend = backend if isinstance(backend, Backend) else get_backend(backend)
         self.backend.check_num_agents(self.num_agents)
         self.num_envs = num_envs
-        self.seed = int(seed)
+        self.seed = checked_seed(seed)
         # Replica e draws from stream (seed, env_offset + e): ranks of a multi-process
         # run pass disjoint offsets, so no two replicas anywhere start alike.
         self.env_offset = int(env_offset)
         self.check_actions = self.device.type == "cpu" if check_actions is None else check_actions
-        self.arrays = DeviceArrays(self._all_specs(), num_envs, self.num_agents, self.backend)
+        specs = self._all_specs()
+        self.backend.check_fits(f"the arrays of {num_envs:,} {self.name} replicas",
+                                DeviceArrays.nbytes(specs, num_envs, self.num_agents))
+        self.arrays = DeviceArrays(specs, num_envs, self.num_agents, self.backend)
         for name, value in self.initial_values().items():
             self.arrays.write(name, value)
         self.arrays["rng_state"].copy_(rng.seed_streams(num_envs, self.num_agents, self.seed,
@@ -147,7 +159,7 @@ class Env:
         With `seed`, the RNG streams are re-seeded first.
         """
         if seed is not None:
-            self.seed = int(seed)
+            self.seed = checked_seed(seed)
             self.arrays["rng_state"].copy_(rng.seed_streams(self.num_envs, self.num_agents,
                                                             self.seed, self.env_offset))
         for name in ("terminated", "truncated", "reset_mask"):
@@ -182,9 +194,25 @@ class Env:
             if name not in allowed:
                 raise ArrayError(f"'{name}' is not a state array of {self.name} "
                                  f"(state arrays: {', '.join(sorted(allowed))})")
-        self.check_state(state)
-        for name, value in state.items():
-            self.arrays.write(name, value)
+        values = {name: self.arrays.checked(name, value) for name, value in state.items()}
+        for name, value in values.items():
+            self._check_values(name, value)
+        self.check_state(values)
+        for name, value in values.items():  # nothing is written unless everything passed
+            self.arrays[name].copy_(value)
+
+    def _check_values(self, name: str, value: torch.Tensor):
+        """What no env can honour: NaN or infinities, a stuck RNG stream, negative counters."""
+        bad = None
+        if value.dtype.is_floating_point:
+            bad, why = ~torch.isfinite(value), "is NaN or infinite"
+        elif name == "rng_state":
+            bad, why = (value == 0).all(-1), "is all zero (a xoroshiro128+ stream stays zero)"
+        elif name in self.nonnegative_state:
+            bad, why = value < 0, "is negative"
+        if bad is not None and bool(bad.any()):
+            index = ", ".join(str(int(i)) for i in bad.nonzero()[0])
+            raise ArrayError(f"set_state: {name}[{index}] {why}")
 
     # ---- internals -----------------------------------------------------------------
     def _launch(self, kernel):
@@ -203,17 +231,21 @@ class Env:
             raise ArrayError(f"actions must have shape {expected} "
                              f"(num_envs, num_agents, len(action_nvec)), got {tuple(actions.shape)}")
         buffer = self.arrays["actions"]
-        buffer.copy_(actions)
-        if self.check_actions:
-            bad = (buffer < 0) | (buffer >= self._nvec)
+        if self.check_actions:  # in the given dtype: an int64 2**32 + 1 must not wrap to 1
+            nvec = self._nvec.to(actions.device)
+            bad = (actions < 0) | (actions >= nvec)
             if bool(bad.any()):
                 e, i, c = (int(v) for v in bad.nonzero()[0])
                 raise ArrayError(
-                    f"action out of range: actions[{e}, {i}, {c}] = {int(buffer[e, i, c])}, "
+                    f"action out of range: actions[{e}, {i}, {c}] = {int(actions[e, i, c])}, "
                     f"component {c} takes 0..{self.action_nvec[c] - 1}")
-        else:
-            torch.clamp_(buffer, min=0)
-            torch.minimum(buffer, self._max_action, out=buffer)
+            buffer.copy_(actions)
+            return
+        if actions.dtype != buffer.dtype:  # clamp before the narrowing copy, not after
+            actions = torch.minimum(actions.clamp(min=0), self._max_action.to(actions.device))
+        buffer.copy_(actions)
+        torch.clamp_(buffer, min=0)
+        torch.minimum(buffer, self._max_action, out=buffer)
 
     def __repr__(self):
         return (f"<{type(self).__name__} num_envs={self.num_envs} num_agents={self.num_agents} "

@@ -17,6 +17,10 @@ class BackendError(GpusimError, RuntimeError):
     """A backend is unknown or cannot run on this machine."""
 
 
+class NotEnoughMemory(GpusimError, MemoryError):
+    """An allocation that cannot fit the device, refused before it is tried."""
+
+
 def describe(exc: BaseException) -> str:
     """One line for an exception: the message for our own errors, else type and first line."""
     if isinstance(exc, GpusimError):

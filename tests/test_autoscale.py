@@ -6,8 +6,9 @@ import yaml
 
 from gpusim.backends import get_backend
 from gpusim.errors import GpusimError
-from gpusim.scale import search
-from gpusim.scale.search import Searcher, fastest, largest_passing, parse_size
+from gpusim import sizes
+from gpusim.scale.search import Searcher, fastest, largest_passing
+from gpusim.sizes import parse_size
 
 
 def predicate(limit, log):
@@ -274,8 +275,8 @@ def test_auto_scale_flag_errors(argv, message, capsys, tmp_path):
 
 
 def test_format_size():
-    assert search.format_size(3 * 2**30) == "3.00 GiB"
-    assert search.format_size(None) == "-"
+    assert sizes.format_size(3 * 2**30) == "3.00 GiB"
+    assert sizes.format_size(None) == "-"
 
 
 def test_auto_scale_with_two_processes_agrees_on_the_picks(tmp_path):

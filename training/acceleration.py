@@ -56,6 +56,17 @@ def compile_enabled(choice: str, device: torch.device) -> bool:
     return choice == "on" or (choice == "auto" and device.type == "cuda")
 
 
+def forget_compiled():
+    """Drop torch.compile's caches, so the next trainer compiles afresh.
+
+    dynamo stops compiling a function once it has recompiled it a few times
+    (for new model instances, say); an auto-scale search builds a trainer per
+    trial and must not leave the run itself running eagerly.
+    """
+    if "torch._dynamo" in sys.modules:
+        torch._dynamo.reset()
+
+
 class MaybeCompiled:
     """`fn` through torch.compile; if compiling or running the compiled code fails, one
     printed line, and `fn` runs eagerly from then on. It never ends the run."""

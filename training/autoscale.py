@@ -9,8 +9,9 @@ and its peak memory.
    `scale.min_rollout_len` (capped at the env's time limit).
 2. Replicas: `num_envs` doubles while the doubled run fits and is at least
    `scale.saturation` faster, then the last bracket is bisected.
-3. Minibatch rows: with that, `trainer.max_minibatch_rows` doubles from
-   `scale.min_minibatch_rows` the same way, up to the largest minibatch.
+3. Minibatch rows: where a minibatch exceeds `trainer.max_minibatch_rows`
+   (the chunk search 1 ran with, so it fits), the chunk doubles while it
+   fits and gains `scale.saturation`, up to the largest minibatch.
 Objective `memory`: the largest `num_envs` for which building the env, a
 reset and a few steps fit in `env_share` of the usable memory, then the
 largest `rollout_len` for which a full iteration fits (if that is shorter
@@ -31,8 +32,10 @@ import torch
 
 from gpusim.errors import GpusimError
 from gpusim.scale import distributed as dist
-from gpusim.scale.search import Searcher, format_size, parse_size
+from gpusim.scale.search import Searcher
+from gpusim.sizes import format_size, parse_size
 
+from .acceleration import forget_compiled
 from .config import RunConfig
 from .trainer import Trainer
 
@@ -65,6 +68,7 @@ def rollout_floor(config: RunConfig, time_limit: int | None) -> int:
 def training_trial(config: RunConfig, env_class, context, size_key: str, **fixed):
     """Body of a throughput trial: train briefly with `size_key` set to the trial's value."""
     def body(value: int) -> dict:
+        forget_compiled()
         trainer = Trainer(with_sizes(config, **fixed, **{size_key: value}), env_class,
                           context.alone())
         return measure_training(trainer, config.scale.trial_iterations)
@@ -152,6 +156,7 @@ class AutoScale:
                  f"{format_size(self.budget)}, usable {format_size(self.limit)} "
                  f"(headroom {scale.headroom:g})")
         config = self.fastest() if scale.objective == "throughput" else self.largest()
+        forget_compiled()  # the run compiles afresh, not after the trials' compiles
         t = config.trainer
         self.report.update(num_envs=t.num_envs, rollout_len=t.rollout_len,
                            max_minibatch_rows=t.max_minibatch_rows,
@@ -207,17 +212,23 @@ class AutoScale:
         return picked
 
     def minibatch_rows(self, config: RunConfig, largest_policy: int):
-        """The trial of the fastest chunk of minibatch rows; None when minibatches are small."""
+        """The trial of larger minibatch chunks, where minibatches exceed the configured chunk.
+
+        Search 1 ran with the config's `max_minibatch_rows`, so those chunks fit.
+        Larger ones mean fewer, bigger launches: double them while they fit and
+        gain (powers of two only: no bisection), up to the largest minibatch.
+        """
         scale, t = config.scale, config.trainer
         largest = t.num_envs * t.rollout_len * largest_policy // t.num_minibatches
-        if largest <= scale.min_minibatch_rows:
-            return None
-        self.say(f"search 2: max_minibatch_rows in [{scale.min_minibatch_rows}, {largest}], "
+        if largest <= t.max_minibatch_rows:
+            return None  # every minibatch is already one chunk
+        self.say(f"search 2: max_minibatch_rows in [{t.max_minibatch_rows}, {largest}], "
                  "doubling while it fits and gains")
         rows = self.searcher("max_minibatch_rows", training_trial(
             config, self.env_class, self.context, "max_minibatch_rows",
             num_envs=t.num_envs, rollout_len=t.rollout_len), largest)
-        pick = dist.min_across(rows.run_fastest(scale.saturation, start=scale.min_minibatch_rows))
+        pick = dist.min_across(rows.run_fastest(scale.saturation, start=t.max_minibatch_rows,
+                                                resolution=1.0))
         self.record("max_minibatch_rows", rows, num_envs=t.num_envs)
         return (rows.trial(pick) or rows.measure(pick)) if pick else None
 

@@ -26,7 +26,7 @@ from . import checkpoint
 from .autoscale import auto_scale
 from .config import load_run_config, load_run_dir_config
 from .logger import RunLogger, new_run_dir
-from .trainer import Trainer
+from .trainer import Diverged, Trainer
 
 FLAG_KEYS = {"backend": "trainer.backend", "num_envs": "trainer.num_envs",
              "rollout_len": "trainer.rollout_len", "total_steps": "trainer.total_steps",
@@ -104,6 +104,9 @@ def main(argv=None) -> int:
     except distributed.RankFailed as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except Diverged as exc:  # not bad input: the run itself failed
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     except GpusimError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import itertools
+import math
 import time
 from dataclasses import dataclass
 
@@ -40,6 +42,12 @@ from .models import ActorCritic
 from .timing import SectionTimer
 
 RECENT_EPISODES = 100
+
+
+class Diverged(GpusimError):
+    """A loss or a parameter became NaN or infinite: the run stops before logging it."""
+
+
 LOSS_STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
 
 
@@ -363,6 +371,7 @@ class Trainer:
             self.timer.reset()
             lr = t_cfg.lr * (1 - self.iteration / total) if t_cfg.anneal_lr else t_cfg.lr
             group_stats = self._share(self.iterate(lr))
+            self._check_finite(group_stats)  # before anything of this iteration is kept
             seconds = time.perf_counter() - start
             self.iteration += 1
             self.env_steps += self.steps_per_iteration
@@ -378,6 +387,31 @@ class Trainer:
             if solved:
                 break
         return self.summary()
+
+    def _check_finite(self, group_stats: dict):
+        """Raise Diverged at the first non-finite loss statistic or parameter."""
+        problem = None
+        for g in self.groups:
+            bad = [k for k, v in group_stats[g.name].items() if not math.isfinite(v)]
+            if bad:
+                problem = f"policy '{g.name}' has a non-finite {bad[0]} " \
+                          f"({group_stats[g.name][bad[0]]})"
+                break
+        if problem is None:
+            finite = torch.stack([p.isfinite().all() for g in self.groups
+                                  for p in g.model.parameters()])
+            if not bool(finite.all()):  # one host read per iteration
+                index = int((~finite).nonzero()[0])
+                sizes = [len(list(g.model.parameters())) for g in self.groups]
+                owner = next(g for g, end in zip(self.groups, itertools.accumulate(sizes))
+                             if index < end)
+                problem = f"policy '{owner.name}' has non-finite parameters"
+        if problem is not None:
+            saved = self.iteration - self.iteration % self.config.trainer.checkpoint_every
+            raise Diverged(f"training diverged at iteration {self.iteration + 1}: {problem}; "
+                           f"nothing after iteration {self.iteration} was logged or "
+                           f"checkpointed (last checkpoint: iteration {saved}); lower "
+                           "trainer.lr or check the env's rewards")
 
     def solved(self) -> bool:
         """Whether every policy reached `target_return` over the last 100 finished episodes."""

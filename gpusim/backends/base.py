@@ -1,12 +1,14 @@
 """The backend interface, the compiled-kernel type, and the compile cache shared by all backends."""
 from __future__ import annotations
 
+import re
 from typing import Callable, TypeVar
 
 import torch
 
 from gpusim import kernels
-from gpusim.errors import ArrayError, BackendError, GpusimError
+from gpusim.errors import ArrayError, BackendError, GpusimError, NotEnoughMemory
+from gpusim.sizes import format_size
 
 T = TypeVar("T")
 BuildOnce = Callable[[str, Callable[[], T]], T]
@@ -19,6 +21,18 @@ def set_build_once(hook: BuildOnce | None):
     others after it), or None for a lone process (build directly)."""
     global _build_once
     _build_once = hook
+
+
+def meminfo_bytes(field: str) -> int:
+    """A field of Linux's /proc/meminfo, in bytes."""
+    try:
+        with open("/proc/meminfo") as f:
+            match = re.search(rf"^{field}:\s+(\d+) kB", f.read(), re.MULTILINE)
+    except OSError:
+        match = None
+    if match is None:
+        raise GpusimError(f"cannot read {field} from /proc/meminfo; give --memory_budget")
+    return int(match.group(1)) * 1024
 
 
 class Kernel:
@@ -124,6 +138,25 @@ class Backend:
     def free_memory(self):
         """Return cached allocations to the device after a failed trial."""
 
+    # ---- memory ---------------------------------------------------------------
+    def memory(self) -> tuple[int, int]:
+        """(free, total) bytes of this backend's device: here the machine's RAM."""
+        return meminfo_bytes("MemAvailable"), meminfo_bytes("MemTotal")
+
+    def check_fits(self, what: str, num_bytes: int):
+        """Refuse, before trying, an allocation of `num_bytes` larger than the free memory.
+
+        Raises NotEnoughMemory (a MemoryError, so auto-scaling counts it as a failed
+        trial); where the free memory cannot be read, the allocator decides.
+        """
+        try:
+            free, _ = self.memory()
+        except GpusimError:
+            return
+        if num_bytes > free:
+            raise NotEnoughMemory(f"{what} needs {format_size(num_bytes)}, "
+                                  f"{format_size(free)} available on {self.device}")
+
     # ---- raw kernels --------------------------------------------------------
     def raw_kernel(self, fn):
         """Launchable `k[grid, block](*args)` for a raw numba CUDA kernel; tensors are viewed."""
@@ -155,3 +188,9 @@ class CUDADeviceBackend(ThreadBlockBackend):
     def free_memory(self):
         self.synchronize()
         torch.cuda.empty_cache()
+
+    def memory(self) -> tuple[int, int]:
+        free, total = torch.cuda.mem_get_info(self.device)
+        # memory torch's allocator holds but does not use is free to this process
+        cached = torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
+        return free + cached, total

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from gpusim.config import require
 from gpusim.errors import ConfigError, GpusimError
-from gpusim.scale.search import parse_size
+from gpusim.sizes import parse_size
 
 OBJECTIVES = ("throughput", "memory")
 
@@ -24,7 +24,6 @@ class ScaleConfig:
     max_rollout_len: int = 1024
     min_rollout_len: int = 32        # the learning floor (GAE needs a horizon), capped at the
                                      # env's time limit; memory: halve num_envs until it fits
-    min_minibatch_rows: int = 4096   # throughput: where the minibatch-rows search starts
     trial_iterations: int = 2        # throughput: timed training iterations per trial
                                      # (after one warm-up iteration)
     env_share: float = 0.25          # memory: the share the replica search may fill; the
@@ -46,7 +45,7 @@ class ScaleConfig:
         require(0 <= self.headroom < 1, "scale.headroom", "must lie in [0, 1)")
         require(0 < self.env_share <= 1, "scale.env_share", "must lie in (0, 1]")
         for key in ("max_num_envs", "max_rollout_len", "min_rollout_len", "env_trial_steps",
-                    "min_minibatch_rows", "trial_iterations"):
+                    "trial_iterations"):
             require(getattr(self, key) >= 1, f"scale.{key}", "must be at least 1")
         require(self.min_rollout_len <= self.max_rollout_len, "scale.min_rollout_len",
                 "must not exceed scale.max_rollout_len")

@@ -8,7 +8,6 @@ cores, before anything else touches the device.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 
 import torch
@@ -40,17 +39,6 @@ def split_threads(cores: int, torch_threads: int = 0) -> tuple[int, int]:
     """(torch threads, numba threads) whose pools, sharing the calling thread, fill `cores`."""
     torch_count = min(torch_threads, cores) if torch_threads else cores
     return torch_count, cores - torch_count + 1
-
-
-def _meminfo_bytes(field: str) -> int:
-    try:
-        with open("/proc/meminfo") as f:
-            match = re.search(rf"^{field}:\s+(\d+) kB", f.read(), re.MULTILINE)
-    except OSError:
-        match = None
-    if match is None:
-        raise GpusimError(f"cannot read {field} from /proc/meminfo; give --memory_budget")
-    return int(match.group(1)) * 1024
 
 
 @dataclass
@@ -119,9 +107,9 @@ class DeviceContext:
     # ---- memory --------------------------------------------------------------
     def memory(self) -> tuple[int, int]:
         """(free, total) bytes of this process's device: GPU memory, or RAM on the CPU."""
-        if self.device.type == "cuda":
-            return torch.cuda.mem_get_info(self.device)
-        return _meminfo_bytes("MemAvailable"), _meminfo_bytes("MemTotal")
+        if self.backend is None:
+            raise GpusimError("DeviceContext.bind() has not been called")
+        return self.backend.memory()
 
     def default_budget(self, cpu_fraction: float) -> int:
         """Bytes a run may fill by default: free GPU memory, or a share of free RAM on the CPU.

@@ -13,7 +13,8 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from gpusim.errors import GpusimError
+from gpusim.env import Env
+from gpusim.errors import GpusimError, describe
 
 _registered: dict = {}  # name -> "module:Class", added by register()
 
@@ -42,11 +43,13 @@ def env_class(name: str):
     module_name, _, class_name = target.partition(":")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise GpusimError(f"cannot import env module '{module_name}': {exc}") from None
+    except Exception as exc:  # the user's module: any error while importing it
+        raise GpusimError(f"cannot import env module '{module_name}': {describe(exc)}") from None
     cls = getattr(module, class_name, None)
     if cls is None:
         raise GpusimError(f"module '{module_name}' has no env class '{class_name}'")
+    if not (isinstance(cls, type) and issubclass(cls, Env)):
+        raise GpusimError(f"'{target}' is not an env class (a subclass of gpusim.Env)")
     return cls
 
 

@@ -1,9 +1,11 @@
 """The per-user compile cache: compiled kernels live here, never in the package.
 
 Location: `$GPUSIM_CACHE_DIR`, else `$XDG_CACHE_HOME/gpusim`, else
-`~/.cache/gpusim`. An entry is a directory named by a hash of everything the
-compiled code depends on (source, layout, architecture, compiler version), so
-a change anywhere gives a new entry and stale code is never loaded. Files are
+`~/.cache/gpusim`. Its directories are created with mode 0700, and one that
+another user owns or can write to is refused: the cache holds code that
+runs. An entry is a directory named by a hash of everything the compiled
+code depends on (source, layout, architecture, compiler version), so a
+change anywhere gives a new entry and stale code is never loaded. Files are
 written to a temporary name and renamed into place, so two runs compiling the
 same entry at once never see each other's half-written files.
 """
@@ -13,6 +15,7 @@ import hashlib
 import importlib.util
 import inspect
 import os
+import stat
 import sys
 import tempfile
 import types
@@ -36,11 +39,31 @@ def cache_root() -> Path:
         raise GpusimError(f"the compile cache must not live inside the gpusim package "
                           f"({root}); set {ENV_VAR} to another directory")
     try:
-        root.mkdir(parents=True, exist_ok=True)
+        root.parent.mkdir(parents=True, exist_ok=True)
+        return private_dir(root)
     except OSError as exc:
         raise GpusimError(f"cannot create the compile cache {root} ({exc.strerror}); "
                           f"set {ENV_VAR} to a writable directory") from None
-    return root
+
+
+def private_dir(path: Path) -> Path:
+    """`path`, created with mode 0700, or refused unless it is ours and no one else can write it.
+
+    The cache holds code this process imports and runs: a directory another
+    user can write to lets them replace it.
+    """
+    path.mkdir(mode=0o700, exist_ok=True)
+    if not hasattr(os, "getuid"):  # no POSIX ownership to check
+        return path
+    info = path.stat()
+    if info.st_uid != os.getuid():
+        raise GpusimError(f"the compile cache directory {path} belongs to another user "
+                          f"(uid {info.st_uid}); set {ENV_VAR} to a directory of your own")
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise GpusimError(f"the compile cache directory {path} is writable by other users "
+                          f"(mode {stat.filemode(info.st_mode)}); run `chmod go-w {path}` or "
+                          f"set {ENV_VAR} to a private directory")
+    return path
 
 
 def key_hash(*parts) -> str:
@@ -55,9 +78,7 @@ def key_hash(*parts) -> str:
 
 def entry_dir(kind: str, *key_parts) -> Path:
     """The directory of one cache entry, e.g. `entry_dir("cpu", source, layout)` (created)."""
-    path = cache_root() / kind / key_hash(*key_parts)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return private_dir(private_dir(cache_root() / kind) / key_hash(*key_parts))
 
 
 def atomic_write(path: Path, data: bytes | str):

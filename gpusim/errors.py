@@ -3,6 +3,7 @@
 
 class GpusimError(Exception):
     """Base class for every error gpusim raises on bad input or setup."""
+    exit_code = 2  # the CLI's: bad input
 
 
 class ConfigError(GpusimError, ValueError):
@@ -19,6 +20,13 @@ class BackendError(GpusimError, RuntimeError):
 
 class NotEnoughMemory(GpusimError, MemoryError):
     """An allocation that cannot fit the device, refused before it is tried."""
+
+
+def exit_code(exc: BaseException) -> int:
+    """The exit status a process ends with after `exc`: 2 bad input, 130 interrupted, else 1."""
+    if isinstance(exc, KeyboardInterrupt):
+        return 130
+    return getattr(exc, "exit_code", 1) if isinstance(exc, GpusimError) else 1
 
 
 def describe(exc: BaseException) -> str:

@@ -1,5 +1,8 @@
-"""Several processes on the CPU: gloo DDP, failures, torchrun, the messenger, the compile cache."""
+"""Several processes on the CPU: gloo DDP, failures, the launcher (its store, whom it blames,
+Ctrl-C, the store barrier), torchrun, the messenger, the compile cache."""
+import multiprocessing
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -16,9 +19,10 @@ import torch.distributed as tdist
 from gpusim import cache
 from gpusim.backends import set_build_once
 from gpusim.envs.cartpole.env import CartPole
-from gpusim.errors import BackendError, GpusimError
+from gpusim.errors import BackendError, ConfigError, GpusimError
 from gpusim.kernels import KernelSpec, agent_phase
 from gpusim.scale import distributed, messenger
+from gpusim.scale.config import ONE_WEEK_S, ScaleConfig
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -138,14 +142,18 @@ def test_cpu_thread_pools_never_exceed_the_cores(monkeypatch, local_world, torch
     monkeypatch.setenv("WORLD_SIZE", str(local_world))
     try:
         context = DeviceContext.from_environment()
-        context.bind("cpu", quiet=True, torch_threads=torch_threads)
         cores = max(1, usable_cores() // local_world)
+        if torch_threads > cores:  # refused, not silently capped
+            with pytest.raises(GpusimError, match=f"torch_threads={torch_threads} exceeds"):
+                context.bind("cpu", quiet=True, torch_threads=torch_threads)
+            return
+        context.bind("cpu", quiet=True, torch_threads=torch_threads)
         assert context.cores() == cores
         used = torch.get_num_threads(), numba.get_num_threads()
         assert used == split_threads(cores, torch_threads)
         assert used[0] + used[1] - 1 == cores and min(used) >= 1
         if torch_threads:
-            assert used[0] == min(torch_threads, cores)
+            assert used[0] == torch_threads
     finally:
         torch.set_num_threads(before[0])
         numba.set_num_threads(before[1])
@@ -159,6 +167,132 @@ def test_more_gpus_than_exist_is_a_clear_error(capsys):
     err = capsys.readouterr().err
     assert err.startswith(f"error: --num_gpus {asked} ") and "GPU" in err
     assert err.count("\n") == 1
+
+
+# ---- the launcher: its store, whom it blames, the store barrier -------------------------
+def listening_hosts(port: int, table: str) -> list[str]:
+    """The kernel's local addresses (hex) of sockets listening on `port`, from /proc/net/<table>."""
+    path = Path("/proc/net", table)
+    if not path.exists():  # no IPv6 here
+        return []
+    hosts = []
+    for line in path.read_text().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        host, port_hex = local.rsplit(":", 1)
+        if int(port_hex, 16) == port and state == "0A":  # 0A: TCP_LISTEN
+            hosts.append(host)
+    return hosts
+
+
+def test_launcher_store_listens_on_loopback_only():
+    store = distributed.loopback_store(2, timeout_s=10)
+    assert listening_hosts(store.port, "tcp") == ["0100007F"]  # 127.0.0.1, little-endian
+    assert listening_hosts(store.port, "tcp6") == []
+    peer = tdist.TCPStore("127.0.0.1", store.port, 2, is_master=False)
+    peer.set("key", "value")
+    assert store.get("key") == b"value"
+
+
+def join_group(collective_timeout_s=30.0):
+    from gpusim.scale.device import DeviceContext
+    context = DeviceContext.from_environment()
+    context.bind("cpu", quiet=True)
+    distributed.init(context, timeout_s=30, collective_timeout_s=collective_timeout_s)
+    return context
+
+
+def failing_worker(how):
+    """Rank 1 fails `how` after joining the group; rank 0 waits for it in a collective."""
+    context = join_group(collective_timeout_s=5)
+    if context.rank == 1:
+        if how == "exit":
+            os._exit(3)
+        elif how == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif how == "hang":
+            time.sleep(120)
+    distributed.min_across(context.rank)
+    return 0
+
+
+@pytest.mark.parametrize("how, message, exit_code, limit_s", [
+    ("exit", "rank 1: exited with code 3", 3, 10),
+    ("kill", "rank 1: killed by signal SIGKILL", 1, 10),
+    ("hang", "rank 1: did not reach a collective within scale.collective_timeout_s=5 s "
+             "(the other ranks timed out waiting for it)", 1, 5 + 10),
+], ids=["exit", "kill", "hang"])
+def test_launcher_blames_the_rank_that_failed_not_the_first_to_report(
+        how, message, exit_code, limit_s):
+    start = time.perf_counter()
+    with pytest.raises(distributed.RankFailed) as raised:
+        distributed.launch(2, failing_worker, how, timeout_s=30, collective_timeout_s=5)
+    assert time.perf_counter() - start < limit_s
+    assert str(raised.value) == message
+    assert (raised.value.rank, raised.value.exit_code) == (1, exit_code)
+    assert not multiprocessing.active_children()  # the hanging rank was stopped too
+
+
+def barrier_worker(how):
+    """Both ranks meet at a store barrier; rank 1 comes late, or never."""
+    context = join_group()
+    if context.rank == 1:
+        time.sleep(120 if how == "never" else 1.0)
+    start = time.perf_counter()
+    for _ in range(2):  # a name can be used again
+        distributed.wait_for_all("meet", timeout_s=1.0 if how == "never" else 30.0)
+    waited = time.perf_counter() - start
+    if context.rank == 0 and waited < 0.8:
+        raise AssertionError(f"rank 0 left the barrier after {waited:.2f} s, before rank 1 came")
+    distributed.shutdown()
+    return 0
+
+
+def test_wait_for_all_returns_when_every_rank_arrived():
+    distributed.wait_for_all("alone", timeout_s=0.001)  # a lone process: nothing to wait for
+    distributed.launch(2, barrier_worker, "late", timeout_s=30)
+
+
+def test_wait_for_all_times_out_naming_how_many_ranks_arrived():
+    with pytest.raises(distributed.RankFailed) as raised:
+        distributed.launch(2, barrier_worker, "never", timeout_s=30)
+    assert str(raised.value).startswith(
+        "rank 0: timed out after 1 s waiting at 'meet': 1 of 2 ranks arrived")
+
+
+def ctrl_c_proof_worker(_):
+    """A rank that runs on through a Ctrl-C, as a trainer does until its iteration ends."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.write(1, f"ready {os.getpid()}\n".encode())  # one write: the ranks share the pipe
+    time.sleep(60)
+    return 0
+
+
+def test_first_ctrl_c_is_left_to_the_ranks_the_second_stops_them():
+    code = ("import test_distributed as t; from gpusim.scale import distributed as d; "
+            "d.launch(2, t.ctrl_c_proof_worker, None)")
+    launcher = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=child_env())
+    ready = [launcher.stdout.readline().split() for _ in range(2)]
+    assert [word for word, _ in ready] == ["ready", "ready"]
+    launcher.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    assert launcher.poll() is None  # still watching its ranks
+    launcher.send_signal(signal.SIGINT)
+    _, err = launcher.communicate(timeout=15)
+    assert err.count("stopping after the current iteration (Ctrl-C again to stop now)") == 1
+    assert "KeyboardInterrupt" in err and launcher.returncode != 0
+    for _, pid in ready:  # both ranks were stopped
+        with pytest.raises(ProcessLookupError):
+            os.kill(int(pid), 0)
+
+
+@pytest.mark.parametrize("key", ["timeout_s", "time_limit_s", "collective_timeout_s"])
+def test_scale_waits_must_be_positive_and_at_most_a_week(key):
+    ScaleConfig(**{key: ONE_WEEK_S}).check()
+    with pytest.raises(ConfigError, match=f"'scale.{key}' must be positive"):
+        ScaleConfig(**{key: 0}).check()
+    with pytest.raises(ConfigError, match=f"'scale.{key}' must be at most {ONE_WEEK_S} s"):
+        ScaleConfig(**{key: 1e300}).check()
 
 
 # ---- torchrun -----------------------------------------------------------------------

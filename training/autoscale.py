@@ -146,6 +146,13 @@ class AutoScale:
         return Searcher(name, body, self.context.backend, self.limit if limit is None else limit,
                         cap, self.time_left(), self.say)
 
+    def agree(self, name: str, value: int) -> int:
+        """The smallest `value` over all ranks, once every rank has finished its search
+        (they take different times: a store barrier waits, not a collective's timeout)."""
+        scale = self.config.scale
+        dist.wait_for_all(f"auto-scale {name}", scale.time_limit_s + scale.timeout_s)
+        return dist.min_across(value)
+
     def record(self, key: str, searcher: Searcher, **extra):
         self.report["trials"].setdefault(key, []).extend(
             dict(t.to_dict(), **extra) for t in searcher.trials)
@@ -173,7 +180,7 @@ class AutoScale:
         env = self.env_class(num_envs=1, backend=self.context.backend, seed=t.seed,
                              config=config.env)  # its sizes (and its kernels, compiled once)
         largest_policy = max(len(ids) for ids in env.policies.values())
-        rollout_len = dist.min_across(rollout_floor(config, env.time_limit))
+        rollout_len = self.agree("rollout_len", rollout_floor(config, env.time_limit))
 
         self.say(f"baseline: the config's num_envs={t.num_envs}, rollout_len={t.rollout_len}")
         baseline = self.searcher("num_envs", training_trial(
@@ -193,7 +200,7 @@ class AutoScale:
             config, self.env_class, self.context, "num_envs", rollout_len=rollout_len),
             scale.max_num_envs)
         own_pick = replicas.run_fastest(scale.saturation)
-        num_envs = dist.min_across(own_pick)
+        num_envs = self.agree("num_envs", own_pick)
         self.record("num_envs", replicas, rollout_len=rollout_len)
         if num_envs == 0:
             raise GpusimError(f"auto-scale: not even one replica of {config.env_name} trains "
@@ -227,8 +234,8 @@ class AutoScale:
         rows = self.searcher("max_minibatch_rows", training_trial(
             config, self.env_class, self.context, "max_minibatch_rows",
             num_envs=t.num_envs, rollout_len=t.rollout_len), largest)
-        pick = dist.min_across(rows.run_fastest(scale.saturation, start=t.max_minibatch_rows,
-                                                resolution=1.0))
+        pick = self.agree("max_minibatch_rows", rows.run_fastest(
+            scale.saturation, start=t.max_minibatch_rows, resolution=1.0))
         self.record("max_minibatch_rows", rows, num_envs=t.num_envs)
         return (rows.trial(pick) or rows.measure(pick)) if pick else None
 
@@ -267,7 +274,7 @@ class AutoScale:
                                                        scale.env_trial_steps),
                                  scale.max_num_envs, env_limit)
         own_pick = replicas.run()
-        num_envs = dist.min_across(own_pick)
+        num_envs = self.agree("num_envs", own_pick)
         self.record("num_envs", replicas)
         if num_envs == 0:
             raise GpusimError(f"auto-scale: not even one replica of {config.env_name} fits in "
@@ -278,11 +285,11 @@ class AutoScale:
                      f"num_envs={num_envs}")
             batches = self.searcher("rollout_len", iteration_trial(
                 config, self.env_class, self.context, num_envs), scale.max_rollout_len)
-            rollout_len = dist.min_across(batches.run())
+            rollout_len = self.agree("rollout_len", batches.run())
             self.record("rollout_len", batches, num_envs=num_envs)
             if rollout_len >= scale.min_rollout_len:
                 break
-            out_of_time = dist.min_across(int(self.time_left() > 0)) == 0  # ranks agree
+            out_of_time = self.agree("time left", int(self.time_left() > 0)) == 0
             if rollout_len > 0 and out_of_time:
                 self.say(f"  scale.time_limit_s={scale.time_limit_s:g} reached: keeping "
                          f"rollout_len {rollout_len} < scale.min_rollout_len")

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from pathlib import Path
 
 import torch
 
-from gpusim.errors import GpusimError
+from gpusim.errors import GpusimError, describe
 
 PATTERN = re.compile(r"^checkpoint_(\d{6})\.pt$")
 KEEP = 3
@@ -28,6 +29,13 @@ def save(directory: Path, iteration: int, payload: dict):
     return final
 
 
+def remove_partial(directory: Path):
+    """Delete the temporary files of checkpoint writes a kill cut short."""
+    if directory.is_dir():
+        for temp in directory.glob(".checkpoint_*.pt.tmp"):
+            temp.unlink(missing_ok=True)
+
+
 def list_checkpoints(directory: Path) -> list:
     if not directory.is_dir():
         return []
@@ -35,15 +43,22 @@ def list_checkpoints(directory: Path) -> list:
     return sorted(found, key=lambda p: int(PATTERN.match(p.name).group(1)))
 
 
-def load_latest(directory: Path) -> dict:
-    """The newest checkpoint that loads; a half-written or corrupt newest one is skipped."""
+def load_latest(directory: Path, warn=None) -> dict:
+    """The newest checkpoint that loads; a corrupt newer one is skipped with a warning."""
+    warn = warn or (lambda line: print(line, file=sys.stderr, flush=True))
     checkpoints = list_checkpoints(directory)
     if not checkpoints:
         raise GpusimError(f"no checkpoint found in {directory}")
     errors = []
     for path in reversed(checkpoints):
         try:
-            return torch.load(path, map_location="cpu", weights_only=True)
+            state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as exc:  # corrupt file: fall back to the previous one
             errors.append(f"{path.name}: {type(exc).__name__}")
+            warn(f"warning: checkpoint {path} cannot be loaded ({describe(exc)[:120]}); "
+                 "trying the one before it")
+            continue
+        if not isinstance(state, dict):
+            raise GpusimError(f"{path} is not a gpusim checkpoint")
+        return state
     raise GpusimError(f"no loadable checkpoint in {directory} ({'; '.join(errors)})")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from gpusim.backends import BACKEND_NAMES, check_process_count
 from gpusim.envs import env_class
-from gpusim.errors import GpusimError, describe
+from gpusim.errors import GpusimError, describe, exit_code
 from gpusim.scale import distributed
 from gpusim.scale.device import DeviceContext
 
@@ -26,15 +26,23 @@ from . import checkpoint
 from .autoscale import auto_scale
 from .config import load_run_config, load_run_dir_config
 from .logger import RunLogger, new_run_dir
-from .trainer import Diverged, Trainer
+from .trainer import Stopped, Trainer
 
 FLAG_KEYS = {"backend": "trainer.backend", "num_envs": "trainer.num_envs",
              "rollout_len": "trainer.rollout_len", "total_steps": "trainer.total_steps",
              "seed": "trainer.seed", "memory_budget": "scale.memory_budget"}
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose errors are one `error:` line (exit code 2), like every other error."""
+
+    def error(self, message):
+        print(f"error: {message} (see --help)", file=sys.stderr)
+        sys.exit(2)
+
+
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m gpusim.train", description=__doc__.split("\n")[0])
+    parser = ArgumentParser(prog="python -m gpusim.train", description=__doc__.split("\n")[0])
     parser.add_argument("--env", help="registered env name, or module:Class for your own env")
     parser.add_argument("--config", help="YAML with env/trainer/policy/scale sections "
                                          "(default: the env's config.yaml)")
@@ -46,6 +54,8 @@ def parse_args(argv=None):
     parser.add_argument("--num_gpus", type=int, default=1, metavar="N",
                         help="processes to start here, one per GPU (with --backend cpu: "
                              "CPU worker processes); under torchrun leave it out")
+    parser.add_argument("--oversubscribe", action="store_true",
+                        help="with --backend cpu: allow more worker processes than cores")
     parser.add_argument("--auto_scale", action="store_true",
                         help="pick the largest num_envs, then rollout_len, that fit the device")
     parser.add_argument("--memory_budget", metavar="SIZE",
@@ -98,20 +108,20 @@ def main(argv=None) -> int:
         if args.num_gpus == 1:
             return worker(args)
         _, config = resolve_config(args)  # bad input: one error here, not one per process
-        check_process_count(config.trainer.backend, args.num_gpus)
-        distributed.launch(args.num_gpus, worker, args, timeout_s=config.scale.timeout_s)
+        check_process_count(config.trainer.backend, args.num_gpus, args.oversubscribe)
+        distributed.launch(args.num_gpus, worker, args, timeout_s=config.scale.timeout_s,
+                           collective_timeout_s=config.scale.collective_timeout_s)
         return 0
     except distributed.RankFailed as exc:
+        if exc.exit_code == 130:  # interrupted: rank 0 printed where to resume
+            return 130
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except Diverged as exc:  # not bad input: the run itself failed
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
     except GpusimError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("\ninterrupted: continue with --resume RUN_DIR", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:  # before a run directory existed, or in the launcher
+        print("\ninterrupted", file=sys.stderr)
         return 130
 
 
@@ -128,7 +138,7 @@ def worker(args) -> int:
         if distributed.launched_here():  # the launcher reports it
             raise
         print(f"error: rank {context.rank}: {describe(exc)}", file=sys.stderr)
-        code = 1  # torchrun: each rank reports for itself
+        code = exit_code(exc)  # torchrun: each rank reports for itself
     finally:
         distributed.shutdown()
     if distributed.launched_here():
@@ -136,36 +146,51 @@ def worker(args) -> int:
     distributed.exit_now(code)  # torchrun: see exit_now
 
 
+def resume_hint(run_dir: Path) -> str:
+    """What to do after an interruption, with the run's own path."""
+    saved = checkpoint.list_checkpoints(run_dir / "checkpoints")
+    if not saved:
+        return f"interrupted before the first checkpoint: start again (run directory {run_dir})"
+    iteration = int(checkpoint.PATTERN.match(saved[-1].name).group(1))
+    return (f"interrupted; the checkpoint of iteration {iteration} is saved: continue with "
+            f"--resume {run_dir}")
+
+
 def train(args, context) -> int:
     cls, config = resolve_config(args)
     context.bind(config.trainer.backend, quiet=args.quiet,
                  torch_threads=config.trainer.torch_threads)
-    distributed.init(context, config.scale.timeout_s)
+    distributed.init(context, config.scale.timeout_s, config.scale.collective_timeout_s)
     if args.auto_scale:
         config = auto_scale(config, cls, context)
     state = checkpoint.load_latest(Path(args.resume) / "checkpoints") if args.resume else None
-    logger = None
+    logger = run_dir = None
     if context.is_main:
         run_dir = Path(args.resume) if args.resume else \
             new_run_dir(args.results_dir, config.env_name, config.trainer.seed)
-        config.dump(run_dir / "config.yaml")
-        print(f"run directory: {run_dir}", flush=True)
+        # the lock comes first: a second process must not touch a run in use
         logger = RunLogger(run_dir, config.trainer.num_iterations(context.world_size),
                            quiet=args.quiet)
-    trainer = Trainer(config, cls, context, logger)
-    if context.is_main:
-        t = config.trainer
-        print(f"{config.env_name}: {context.world_size} x {t.num_envs} replicas x "
-              f"{trainer.env.num_agents} agents on {trainer.env.backend.name}, {t.algorithm}, "
-              f"{trainer.num_iterations} iterations of {trainer.steps_per_iteration:,} env steps",
-              flush=True)
-    if state is not None:
-        trainer.load_state_dict(state)
-        if logger is not None:
-            logger.truncate_metrics(trainer.iteration)
-            print(f"resumed at iteration {trainer.iteration}", flush=True)
+        config.dump(run_dir / "config.yaml")
+        print(f"run directory: {run_dir}", flush=True)
     try:
+        trainer = Trainer(config, cls, context, logger)
+        if context.is_main:
+            t = config.trainer
+            print(f"{config.env_name}: {context.world_size} x {t.num_envs} replicas x "
+                  f"{trainer.env.num_agents} agents on {trainer.env.backend.name}, "
+                  f"{t.algorithm}, {trainer.num_iterations} iterations of "
+                  f"{trainer.steps_per_iteration:,} env steps", flush=True)
+        if state is not None:
+            trainer.load_state_dict(state)
+            if logger is not None:
+                logger.resume_from(trainer.iteration, trainer.env_steps)
+                print(f"resumed at iteration {trainer.iteration}", flush=True)
         summary = trainer.train()
+    except (Stopped, KeyboardInterrupt):
+        if context.is_main:
+            print(resume_hint(run_dir), file=sys.stderr, flush=True)
+        return 130
     finally:
         if logger is not None:
             logger.close()

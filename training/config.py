@@ -143,6 +143,10 @@ def load_run_config(env_name: str, env_class, path=None, overrides: dict | None 
     for section in data:
         if section not in SECTIONS:
             raise ConfigError(f"unknown config section '{section}' (known: {', '.join(SECTIONS)})")
+    for section in SECTIONS:
+        if data.get(section) is not None and not isinstance(data[section], dict):
+            raise ConfigError(f"config section '{section}' must be a mapping of keys to values, "
+                              f"got {data[section]!r}")
     data = {s: dict(data.get(s) or {}) for s in SECTIONS}
     for dotted, value in (overrides or {}).items():
         _assign(data, dotted, value)

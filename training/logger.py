@@ -1,6 +1,7 @@
 """The run directory: resolved config, metrics.jsonl, TensorBoard events, checkpoints."""
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
@@ -8,14 +9,19 @@ import sys
 import time
 from pathlib import Path
 
+from gpusim.errors import GpusimError
+
 from . import checkpoint
-from .tensorboard import ScalarWriter
+from .tensorboard import ScalarWriter, drop_steps_after
 
 
 def new_run_dir(results_dir, env_name: str, seed: int) -> Path:
     """A fresh directory <results_dir>/<env>_<timestamp>_seed<seed>[_<n>]."""
-    base = Path(results_dir) / f"{env_name.replace(':', '_').replace('.', '_')}_" \
-                               f"{time.strftime('%Y%m%d-%H%M%S')}_seed{seed}"
+    results = Path(results_dir)
+    if results.exists() and not results.is_dir():
+        raise GpusimError(f"--results_dir {results} is a file, not a directory")
+    base = results / f"{env_name.replace(':', '_').replace('.', '_')}_" \
+                      f"{time.strftime('%Y%m%d-%H%M%S')}_seed{seed}"
     path, n = base, 1
     while True:
         try:
@@ -24,6 +30,31 @@ def new_run_dir(results_dir, env_name: str, seed: int) -> Path:
         except FileExistsError:
             n += 1
             path = base.with_name(f"{base.name}_{n}")
+        except OSError as exc:
+            raise GpusimError(f"cannot create a run directory in {results}: "
+                              f"{exc.strerror}") from None
+
+
+def lock_run_dir(run_dir: Path):
+    """An exclusive lock on the run directory for this process's life (the open file).
+
+    Two processes writing one run (two `--resume` of it, say) would interleave
+    its metrics and checkpoints; the second is refused, naming the first.
+    """
+    path = Path(run_dir) / ".lock"
+    handle = open(path, "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise GpusimError(f"run directory {run_dir} is in use by pid {holder}") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(str(os.getpid()))
+    handle.flush()
+    return handle
 
 
 def _jsonable(value):
@@ -37,19 +68,36 @@ class RunLogger:
 
     def __init__(self, run_dir: Path, total_iterations: int, quiet: bool = False):
         self.run_dir = Path(run_dir)
+        self._lock = lock_run_dir(self.run_dir)  # first: nothing is touched before it
         self.checkpoint_dir = self.run_dir / "checkpoints"
+        checkpoint.remove_partial(self.checkpoint_dir)
         self.metrics_path = self.run_dir / "metrics.jsonl"
         self.total = total_iterations
         self.quiet = quiet
-        self.tensorboard = ScalarWriter(self.run_dir / "tensorboard")
+        self.tensorboard = None
         self._tty = sys.stderr.isatty()
 
-    def truncate_metrics(self, last_iteration: int):
-        """On resume: drop lines written after the checkpoint we resume from."""
+    def resume_from(self, iteration: int, env_steps: int):
+        """Drop what was logged after the checkpoint the run resumes from."""
+        self._truncate_metrics(iteration)
+        drop_steps_after(self.run_dir / "tensorboard", env_steps)
+
+    def _truncate_metrics(self, last_iteration: int):
         if not self.metrics_path.exists():
             return
-        kept = [line for line in self.metrics_path.read_text().splitlines()
-                if line.strip() and json.loads(line)["iteration"] <= last_iteration]
+        lines = [line for line in self.metrics_path.read_text().splitlines() if line.strip()]
+        kept = []
+        for number, line in enumerate(lines, 1):
+            try:
+                row = json.loads(line)
+                iteration = row["iteration"]
+            except (json.JSONDecodeError, KeyError, TypeError):
+                if number == len(lines):  # a line cut short by a kill: it is re-run anyway
+                    break
+                raise GpusimError(f"{self.metrics_path}: line {number} is not a metrics "
+                                  "record; repair or remove that line to resume") from None
+            if iteration <= last_iteration:
+                kept.append(line)
         temp = self.metrics_path.with_suffix(".tmp")
         temp.write_text("".join(line + "\n" for line in kept))
         os.replace(temp, self.metrics_path)
@@ -58,6 +106,8 @@ class RunLogger:
         clean = {k: _jsonable(v) for k, v in metrics.items()}
         with open(self.metrics_path, "a") as f:
             f.write(json.dumps(clean) + "\n")
+        if self.tensorboard is None:  # after a resume has trimmed the old event files
+            self.tensorboard = ScalarWriter(self.run_dir / "tensorboard")
         self.tensorboard.add_scalars(metrics["env_steps"], {
             k: v for k, v in clean.items() if k not in ("iteration", "env_steps")})
         self.progress(clean)
@@ -82,4 +132,6 @@ class RunLogger:
         checkpoint.save(self.checkpoint_dir, iteration, state)
 
     def close(self):
-        self.tensorboard.close()
+        if self.tensorboard is not None:
+            self.tensorboard.close()
+        self._lock.close()

@@ -6,6 +6,7 @@ protobuf fields needed for scalar summaries are encoded here.
 """
 from __future__ import annotations
 
+import os
 import socket
 import struct
 import time
@@ -96,24 +97,44 @@ class ScalarWriter:
         self._file.close()
 
 
-def read_scalars(path) -> list:
-    """Decode an event file written by ScalarWriter: [(step, {tag: value})] (for tests)."""
-    data = Path(path).read_bytes()
-    out, pos = [], 0
-    while pos < len(data):
+def records(data: bytes):
+    """(start, end, step, body) of each whole record of an event file's bytes.
+
+    Stops at a torn or corrupt record (a write cut short by a kill).
+    """
+    pos = 0
+    while pos + 12 <= len(data):
         (length,) = struct.unpack_from("<Q", data, pos)
         (length_crc,) = struct.unpack_from("<I", data, pos + 8)
-        if length_crc != masked_crc(data[pos:pos + 8]):
-            raise ValueError("corrupt length CRC")
+        end = pos + 16 + length
+        if length_crc != masked_crc(data[pos:pos + 8]) or end > len(data):
+            return
         body = data[pos + 12:pos + 12 + length]
-        (body_crc,) = struct.unpack_from("<I", data, pos + 12 + length)
-        if body_crc != masked_crc(body):
-            raise ValueError("corrupt record CRC")
-        pos += 16 + length
-        fields = _parse(body)
-        step = fields.get(2, [0])[0]
+        if struct.unpack_from("<I", data, end - 4)[0] != masked_crc(body):
+            return
+        yield pos, end, _parse(body).get(2, [0])[0], body
+        pos = end
+
+
+def drop_steps_after(log_dir: Path, last_step: int):
+    """On resume: keep only the events up to `last_step` (the checkpoint's), so the
+    iterations that run again are not shown twice."""
+    for path in Path(log_dir).glob("events.out.tfevents.*"):
+        data = path.read_bytes()
+        kept = b"".join(data[start:end] for start, end, step, _ in records(data)
+                        if step <= last_step)
+        if kept != data:
+            temp = path.with_name(path.name + ".tmp")
+            temp.write_bytes(kept)
+            os.replace(temp, path)
+
+
+def read_scalars(path) -> list:
+    """Decode an event file written by ScalarWriter: [(step, {tag: value})] (for tests)."""
+    out = []
+    for _, _, step, body in records(Path(path).read_bytes()):
         scalars = {}
-        for summary in fields.get(5, []):
+        for summary in _parse(body).get(5, []):
             for value in _parse(summary).get(1, []):
                 v = _parse(value)
                 scalars[v[1][0].decode()] = struct.unpack("<f", v[2][0])[0]

@@ -25,12 +25,15 @@ import collections
 import contextlib
 import itertools
 import math
+import signal
+import sys
+import threading
 import time
 from dataclasses import dataclass
 
 import torch
 
-from gpusim.errors import GpusimError
+from gpusim.errors import GpusimError, describe
 from gpusim.sampler import ActionSampler
 from gpusim.scale import distributed as dist
 from gpusim.scale.device import DeviceContext
@@ -46,9 +49,51 @@ RECENT_EPISODES = 100
 
 class Diverged(GpusimError):
     """A loss or a parameter became NaN or infinite: the run stops before logging it."""
+    exit_code = 1  # not bad input: the run itself failed
+
+
+class Stopped(Exception):
+    """SIGINT or SIGTERM: the run stopped after an iteration, with a checkpoint of it."""
+
+    def __init__(self, iteration: int):
+        super().__init__(f"interrupted after iteration {iteration}")
+        self.iteration = iteration
+
+
+@contextlib.contextmanager
+def stop_requests(announce: bool = True):
+    """A flag that the first SIGINT or SIGTERM sets; the second stops at once.
+
+    The trainer checks it after each iteration, so Ctrl-C leaves a checkpoint
+    of a whole iteration behind (only from the main thread: elsewhere signals
+    keep their handlers).
+    """
+    flag = {"requested": False}
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+    signals = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.getsignal(sig) for sig in signals}
+
+    def handle(signum, frame):
+        if flag["requested"]:
+            raise KeyboardInterrupt
+        flag["requested"] = True
+        if announce:
+            print("\nstopping after this iteration, with a checkpoint "
+                  "(Ctrl-C again to stop now)", file=sys.stderr, flush=True)
+    for sig in signals:
+        signal.signal(sig, handle)
+    try:
+        yield flag
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 LOSS_STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
+CHECKPOINT_KEYS = ("iteration", "env_steps", "elapsed_s", "episodes", "models", "optimizers",
+                   "recent_returns", "shuffle_rng", "torch_rng", "ranks")
 
 
 @dataclass
@@ -81,6 +126,10 @@ class RolloutBuffer:
     def __init__(self, env, rollout_len: int, num_groups: int):
         shape = (rollout_len, env.num_envs, env.num_agents)
         device = env.device
+        rows = rollout_len * env.num_envs * env.num_agents  # refuse before allocating:
+        env.backend.check_fits(  # obs, actions, log-prob, value, reward (4 bytes each)
+            f"the rollout buffer ({rollout_len} steps x {env.num_envs:,} replicas x "
+            f"{env.num_agents} agents)", rows * 4 * (env.obs_dim + len(env.action_nvec) + 3))
         self.obs = torch.zeros(shape + (env.obs_dim,), device=device)
         self.actions = torch.zeros(shape + (len(env.action_nvec),), dtype=torch.int32,
                                    device=device)
@@ -185,6 +234,8 @@ class Trainer:
         self.iteration = 0
         self.env_steps = 0
         self.elapsed_s = 0.0
+        self.lr_anchor = (0, t.lr)  # see learning_rate
+        self.last_lr = t.lr
         env.reset()
         self.episode_return = torch.zeros((env.num_envs, env.num_agents), device=env.device)
         self.recent = {g.name: collections.deque(maxlen=RECENT_EPISODES) for g in self.groups}
@@ -274,16 +325,18 @@ class Trainer:
         returns = self.buffer.episode_returns.cpu()
         return {g.name: returns[:, k][dones].tolist() for k, g in enumerate(self.groups)}
 
-    def _share(self, group_stats: dict) -> dict:
-        """Pool every rank's finished episodes (in rank order) and average the loss stats."""
-        parts = dist.all_gather((self.finished, group_stats)) if self.distributed \
-            else [(self.finished, group_stats)]
-        for finished, _ in parts:
+    def _share(self, group_stats: dict, stop: bool = False) -> tuple[dict, bool]:
+        """Pool every rank's finished episodes (in rank order), average the loss stats, and
+        agree to stop if any rank was asked to (so every rank stops after the same
+        iteration)."""
+        parts = dist.all_gather((self.finished, group_stats, stop)) if self.distributed \
+            else [(self.finished, group_stats, stop)]
+        for finished, _, _ in parts:
             for name, returns in finished.items():
                 self.recent[name].extend(returns)
             self.episodes += len(next(iter(finished.values()), []))
-        return {name: {key: sum(p[1][name][key] for p in parts) / len(parts) for key in stats}
-                for name, stats in group_stats.items()}
+        return ({name: {key: sum(p[1][name][key] for p in parts) / len(parts) for key in stats}
+                 for name, stats in group_stats.items()}, any(p[2] for p in parts))
 
     # ---- update --------------------------------------------------------------------
     def update(self, group: PolicyGroup, lr: float) -> dict:
@@ -364,29 +417,52 @@ class Trainer:
             return {g.name: self.update(g, lr) for g in self.groups}
 
     def train(self):
-        t_cfg = self.config.trainer
-        total = self.num_iterations
-        while self.iteration < total:
-            start = time.perf_counter()
-            self.timer.reset()
-            lr = t_cfg.lr * (1 - self.iteration / total) if t_cfg.anneal_lr else t_cfg.lr
-            group_stats = self._share(self.iterate(lr))
-            self._check_finite(group_stats)  # before anything of this iteration is kept
-            seconds = time.perf_counter() - start
-            self.iteration += 1
-            self.env_steps += self.steps_per_iteration
-            self.elapsed_s += seconds
-            metrics = self.metrics(group_stats, seconds, lr)
-            solved = self.solved()  # the same on every rank: episodes are pooled
-            if self.logger is not None:
-                self.logger.log(metrics)
-            if self.iteration % t_cfg.checkpoint_every == 0 or self.iteration == total or solved:
-                state = self.state_dict()  # collective: every rank takes part
-                if self.logger is not None:
-                    self.logger.checkpoint(self.iteration, state)
-            if solved:
-                break
+        """Iterate to the end (or the target return); raises Stopped on SIGINT/SIGTERM."""
+        # launched ranks leave the announcement to the launcher; rank 0 makes it otherwise
+        with stop_requests(announce=self.rank == 0 and not dist.launched_here()) as stop:
+            while self.iteration < self.num_iterations:
+                stopping = self._train_one(stop["requested"])
+                if stopping:
+                    raise Stopped(self.iteration)
+                if self.solved():
+                    break
         return self.summary()
+
+    def _train_one(self, stop_requested: bool) -> bool:
+        """One iteration, logged and (when due) checkpointed; whether the run must stop."""
+        t_cfg = self.config.trainer
+        start = time.perf_counter()
+        self.timer.reset()
+        lr = self.last_lr = self.learning_rate()
+        group_stats, stopping = self._share(self.iterate(lr), stop_requested)
+        self._check_finite(group_stats)  # before anything of this iteration is kept
+        seconds = time.perf_counter() - start
+        self.iteration += 1
+        self.env_steps += self.steps_per_iteration
+        self.elapsed_s += seconds
+        metrics = self.metrics(group_stats, seconds, lr)
+        if self.logger is not None:
+            self.logger.log(metrics)
+        if self.iteration % t_cfg.checkpoint_every == 0 or stopping or self.solved() \
+                or self.iteration == self.num_iterations:
+            state = self.state_dict()  # collective: every rank takes part
+            if self.logger is not None:
+                self.logger.checkpoint(self.iteration, state)
+        return stopping
+
+    def learning_rate(self) -> float:
+        """trainer.lr, or with anneal_lr falling linearly to 0 at the last iteration.
+
+        The line starts at `lr_anchor` (iteration, lr): (0, lr) for a new run.
+        A resumed run that was extended starts from the rate of its last
+        iteration and anneals from there to the new end: the rate never goes
+        back up.
+        """
+        t_cfg = self.config.trainer
+        if not t_cfg.anneal_lr:
+            return t_cfg.lr
+        start, lr = self.lr_anchor
+        return lr * max(0.0, 1 - (self.iteration - start) / max(1, self.num_iterations - start))
 
     def _check_finite(self, group_stats: dict):
         """Raise Diverged at the first non-finite loss statistic or parameter."""
@@ -407,11 +483,9 @@ class Trainer:
                              if index < end)
                 problem = f"policy '{owner.name}' has non-finite parameters"
         if problem is not None:
-            saved = self.iteration - self.iteration % self.config.trainer.checkpoint_every
             raise Diverged(f"training diverged at iteration {self.iteration + 1}: {problem}; "
-                           f"nothing after iteration {self.iteration} was logged or "
-                           f"checkpointed (last checkpoint: iteration {saved}); lower "
-                           "trainer.lr or check the env's rewards")
+                           "it was neither logged nor checkpointed; lower trainer.lr or "
+                           "check the env's rewards")
 
     def solved(self) -> bool:
         """Whether every policy reached `target_return` over the last 100 finished episodes."""
@@ -462,25 +536,49 @@ class Trainer:
             "recent_returns": {k: list(v) for k, v in self.recent.items()},
             "shuffle_rng": self.shuffle.get_state(),
             "torch_rng": torch.get_rng_state(),
+            "lr": self.last_lr, "lr_anchor": list(self.lr_anchor),
+            "num_iterations": self.num_iterations,
             "ranks": ranks,
         }
 
     def load_state_dict(self, state: dict):
+        """Continue from a checkpoint; one that does not fit this run is a GpusimError."""
+        missing = [k for k in CHECKPOINT_KEYS if k not in state]
+        if missing:
+            raise GpusimError(f"the checkpoint lacks {', '.join(missing)}: it was not written "
+                              "by this version of gpusim's trainer")
         if len(state["ranks"]) != self.world_size:
             raise GpusimError(f"the checkpoint holds {len(state['ranks'])} processes' "
                               f"replicas; resume it with {len(state['ranks'])} processes, "
                               f"not {self.world_size}")
-        own = state["ranks"][self.rank]
+        for part in ("models", "optimizers", "recent_returns"):
+            absent = [g.name for g in self.groups if g.name not in state[part]]
+            if absent:
+                raise GpusimError(f"the checkpoint's {part} have no policy {absent[0]!r} "
+                                  f"(it holds {', '.join(map(repr, state[part])) or 'none'})")
+        try:
+            self._load(state, state["ranks"][self.rank])
+        except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as exc:
+            raise GpusimError(f"the checkpoint does not fit this run ({describe(exc)[:160]}); "
+                              "was the env, policy or trainer config changed?") from None
+
+    def _load(self, state: dict, own: dict):
+        for g in self.groups:
+            g.model.load_state_dict(state["models"][g.name])
+            g.optimizer.load_state_dict(state["optimizers"][g.name])
+        self.env.set_state(own["env_state"])
+        self.next_obs.copy_(own["next_obs"])
+        self.episode_return.copy_(own["episode_return"])
+        self.shuffle.set_state(state["shuffle_rng"])
+        torch.set_rng_state(state["torch_rng"])
         self.iteration = state["iteration"]
         self.env_steps = state["env_steps"]
         self.elapsed_s = state["elapsed_s"]
         self.episodes = state["episodes"]
         for g in self.groups:
-            g.model.load_state_dict(state["models"][g.name])
-            g.optimizer.load_state_dict(state["optimizers"][g.name])
             self.recent[g.name].extend(state["recent_returns"][g.name])
-        self.shuffle.set_state(state["shuffle_rng"])
-        torch.set_rng_state(state["torch_rng"])
-        self.env.set_state(own["env_state"])
-        self.next_obs.copy_(own["next_obs"])
-        self.episode_return.copy_(own["episode_return"])
+        self.lr_anchor = tuple(state.get("lr_anchor", self.lr_anchor))
+        if state.get("num_iterations", self.num_iterations) != self.num_iterations:
+            # extended (or shortened) with --total_steps: anneal on from the rate its
+            # last iteration used
+            self.lr_anchor = (self.iteration, state["lr"])

@@ -12,6 +12,7 @@ A backend module is imported only when its backend is chosen.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 from gpusim.backends.base import Backend, Kernel, set_build_once
@@ -53,15 +54,30 @@ def get_backend(name: str = "auto", device_index: int = 0, quiet: bool = False) 
     return getattr(importlib.import_module(module), cls)(device_index)
 
 
-def check_process_count(name: str, num_procs: int):
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity where the OS tells)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def check_process_count(name: str, num_procs: int, oversubscribe: bool = False):
     """Refuse to start `num_procs` processes (one per device) where the devices are missing.
 
-    GPU backends need that many GPUs; `cpu` and `cudasim` run any number of
-    CPU worker processes; `auto` without a GPU asks for an explicit choice.
+    GPU backends need that many GPUs; `cpu` and `cudasim` run one CPU worker
+    process per core (more only with `oversubscribe`); `auto` without a GPU
+    asks for an explicit choice.
     """
     if num_procs < 1:
         raise BackendError(f"--num_gpus must be at least 1, got {num_procs}")
-    if name in ("cpu", "cudasim") or num_procs == 1:
+    if name in ("cpu", "cudasim"):
+        cores = usable_cores()
+        if num_procs > cores and not oversubscribe:
+            raise BackendError(f"--num_gpus {num_procs} CPU worker processes exceed the "
+                               f"{cores} cores here; add --oversubscribe to start them anyway")
+        return
+    if num_procs == 1:
         return
     ok, why = cuda_works()
     if not ok:
@@ -75,4 +91,4 @@ def check_process_count(name: str, num_procs: int):
 
 
 __all__ = ["Backend", "Kernel", "BACKEND_NAMES", "get_backend", "cuda_works",
-           "check_process_count", "set_build_once"]
+           "check_process_count", "set_build_once", "usable_cores"]

@@ -8,6 +8,7 @@ from gpusim.errors import ConfigError, GpusimError
 from gpusim.sizes import parse_size
 
 OBJECTIVES = ("throughput", "memory")
+ONE_WEEK_S = 7 * 24 * 3600  # longest wait accepted: longer ones overflow datetime.timedelta
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,8 @@ class ScaleConfig:
     env_trial_steps: int = 5         # memory: steps after reset in a replica-count trial
     time_limit_s: float = 900.0      # whole search: no new trial starts after this
     timeout_s: float = 600.0         # how long ranks wait for each other (compiles, rendezvous)
+    collective_timeout_s: float = 300.0  # how long a collective (all-reduce, DDP) waits for
+                                         # every rank; a rank that never arrives ends the run
 
     def check(self):
         require(self.objective in OBJECTIVES, "scale.objective", f"must be one of {OBJECTIVES}")
@@ -49,5 +52,7 @@ class ScaleConfig:
             require(getattr(self, key) >= 1, f"scale.{key}", "must be at least 1")
         require(self.min_rollout_len <= self.max_rollout_len, "scale.min_rollout_len",
                 "must not exceed scale.max_rollout_len")
-        for key in ("time_limit_s", "timeout_s"):
+        for key in ("time_limit_s", "timeout_s", "collective_timeout_s"):
             require(getattr(self, key) > 0, f"scale.{key}", "must be positive")
+            require(getattr(self, key) <= ONE_WEEK_S, f"scale.{key}",
+                    f"must be at most {ONE_WEEK_S} s (one week)")

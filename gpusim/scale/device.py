@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gpusim.backends import Backend, get_backend
+from gpusim.backends import Backend, get_backend, usable_cores
 from gpusim.errors import GpusimError
 
 RANK_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
@@ -26,13 +26,6 @@ def _env_int(name: str, default: int) -> int:
         return int(raw)
     except ValueError:
         raise GpusimError(f"environment variable {name} must be an integer, got '{raw}'") from None
-
-
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def split_threads(cores: int, torch_threads: int = 0) -> tuple[int, int]:
@@ -94,6 +87,9 @@ class DeviceContext:
         self.backend = get_backend(backend_name, device_index=self.local_rank,
                                    quiet=quiet or not self.is_main)
         if self.backend.device.type == "cpu":
+            if torch_threads > self.cores():
+                raise GpusimError(f"trainer.torch_threads={torch_threads} exceeds the "
+                                  f"{self.cores()} cores this process may use")
             torch_count, numba_count = split_threads(self.cores(), torch_threads)
             torch.set_num_threads(torch_count)
             import numba

@@ -9,6 +9,7 @@ from setuptools import find_packages, setup
 ROOTS = {"gpusim": "gpusim", "gpusim.envs": "envs", "gpusim.training": "training",
          "gpusim.cuda_kernels": "cuda_kernels"}
 DATA = ["*.yaml", "*.md", "*.cu", "*.cuh"]
+LINUX_X86 = "platform_system == 'Linux' and platform_machine == 'x86_64'"
 
 
 def packages() -> list:
@@ -29,8 +30,13 @@ setup(
     package_data={name: DATA for name in packages()},
     install_requires=["torch>=2.1,<3", "numba>=0.59", "numpy>=1.24", "pyyaml>=6.0"],
     extras_require={
+        # the GPU paths: numba's CUDA target, and CUDA C through NVRTC and the driver API
+        # (CUDA 13 wheels; with a CUDA 12 driver use cuda-bindings 12 and the -cu12 NVRTC)
+        "cuda": ["numba-cuda>=0.10", "cuda-bindings>=13", "nvidia-cuda-nvrtc>=13"],
         "pycuda": ["pycuda>=2022.1"],
         "plot": ["matplotlib>=3.5"],
-        "test": ["pytest>=7", "scipy>=1.10", "gymnasium>=0.29", "matplotlib>=3.5"],
+        # NVRTC compiles the CUDA C kernels in CI without a GPU (Linux x86-64 wheels only)
+        "test": ["pytest>=7", "scipy>=1.10", "gymnasium>=0.29", "matplotlib>=3.5",
+                 f"cuda-bindings>=13; {LINUX_X86}", f"nvidia-cuda-nvrtc>=13; {LINUX_X86}"],
     },
 )

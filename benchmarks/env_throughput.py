@@ -65,6 +65,16 @@ def measure_env(config, backend, num_envs, min_seconds, max_steps):
     return steps * num_envs / elapsed, env.num_agents
 
 
+def cuda_c_available() -> list:
+    """["cuda_c"] where the CUDA C backend can be built here (a compiler and a driver), else []."""
+    try:
+        gpusim.get_backend("cuda_c")
+    except gpusim.BackendError as exc:
+        print(f"cuda_c: skipped ({exc})")
+        return []
+    return ["cuda_c"]
+
+
 def measure_reference(config, num_envs, steps):
     env = gpusim.make("tag_continuous", num_envs=num_envs, backend="cpu", seed=0, **config)
     env.reset()
@@ -79,7 +89,8 @@ def measure_reference(config, num_envs, steps):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backends", nargs="+", default=None,
-                        help="default: cpu, numba where a GPU works, cudasim (1 replica)")
+                        help="default: cpu, numba and cuda_c where a GPU works, cudasim "
+                             "(1 replica)")
     parser.add_argument("--replicas", nargs="+", type=int, default=None)
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     parser.add_argument("--quick", action="store_true", help="fewer replica counts")
@@ -87,7 +98,8 @@ def main(argv=None):
     parser.add_argument("--json", help="also write the rows to this JSON file")
     args = parser.parse_args(argv)
 
-    backends = args.backends or (["cpu"] + (["numba"] if cuda_works()[0] else []) + ["cudasim"])
+    backends = args.backends or (["cpu"] + (["numba", *cuda_c_available()]
+                                            if cuda_works()[0] else []) + ["cudasim"])
     replicas = args.replicas or (QUICK_REPLICAS if args.quick else REPLICAS)
     print(machine())
     print(f"tag_continuous, K=10, random actions, auto-reset on; min {args.seconds}s per row\n")

@@ -2,6 +2,11 @@
 // CUDA C kernels round and select exactly as they do.
 #pragma once
 
+// NVRTC compiles without the C library's headers: its own infinity.
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+
 // Python's max(a, b) and min(a, b): the first argument unless the second is
 // strictly greater (smaller).
 __device__ __forceinline__ float gpusim_max(float a, float b)

@@ -19,6 +19,9 @@ the backend with no host round trip.
 """
 from __future__ import annotations
 
+import inspect
+from pathlib import Path
+
 import numba
 import numpy as np
 import torch
@@ -54,8 +57,9 @@ class Env:
     config_class = None
     reset_phases: tuple = ()
     step_phases: tuple = ()
-    # Optional CUDA C kernels for the pycuda backend, as "file.cu:function"
-    # (see docs/custom_env.md); the step kernel includes the auto-reset.
+    # Optional CUDA C kernels for the cuda_c backend, as "file.cu:function", a path
+    # relative to the env's own module (see docs/custom_env.md); the step kernel
+    # includes the auto-reset.
     cuda_c_reset: str | None = None
     cuda_c_step: str | None = None
 
@@ -116,14 +120,25 @@ class Env:
     # ---- kernels -------------------------------------------------------------
     @classmethod
     def reset_kernel_spec(cls) -> KernelSpec:
-        return KernelSpec.of(f"{cls.name}.reset", *cls.reset_phases, cuda_c=cls.cuda_c_reset)
+        return KernelSpec.of(f"{cls.name}.reset", *cls.reset_phases, cuda_c=cls.cuda_c_reset,
+                             cuda_c_dir=cls._kernel_dir("cuda_c_reset"))
 
     @classmethod
     def step_kernel_spec(cls) -> KernelSpec:
         auto_reset = Section((agent_phase(save_final_obs),) + tuple(cls.reset_phases),
                              guard=replica_done)
         return KernelSpec.of(f"{cls.name}.step", *cls.step_phases, auto_reset,
-                             cuda_c=cls.cuda_c_step)
+                             cuda_c=cls.cuda_c_step, cuda_c_dir=cls._kernel_dir("cuda_c_step"))
+
+    @classmethod
+    def _kernel_dir(cls, attribute: str) -> str | None:
+        """The folder of the module of the class that names the kernel (`attribute`): its
+        CUDA C file is found beside it, also from a subclass defined elsewhere."""
+        owner = next((c for c in cls.__mro__ if attribute in vars(c)), cls)
+        try:
+            return str(Path(inspect.getfile(owner)).resolve().parent)
+        except (TypeError, OSError):  # defined interactively
+            return None
 
     def _all_specs(self) -> dict:
         n_act = len(self.action_nvec)

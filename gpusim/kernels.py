@@ -43,15 +43,17 @@ class KernelSpec:
     """What a kernel does: its sections in order. Hashable, so compiled kernels are cached.
 
     `cuda_c` optionally names a hand-written CUDA C kernel with the same
-    semantics, as "file.cu:function" (a file of the `gpusim.cuda_kernels`
-    package); the `pycuda` backend runs that instead of the phases.
+    semantics, as "file.cu:function"; the `cuda_c` backend runs that instead
+    of the phases. A relative file is looked for in `cuda_c_dir` (the folder
+    of the env's module), then in the `gpusim.cuda_kernels` package.
     """
     name: str
     sections: tuple
     cuda_c: str | None = None
+    cuda_c_dir: str | None = None
 
     @classmethod
-    def of(cls, name, *parts, cuda_c: str | None = None):
+    def of(cls, name, *parts, cuda_c: str | None = None, cuda_c_dir: str | None = None):
         """Build from phases and sections; bare phases form unguarded sections."""
         sections, run = [], []
         for part in parts:
@@ -64,7 +66,7 @@ class KernelSpec:
                 run.append(part if isinstance(part, Phase) else agent_phase(part))
         if run:
             sections.append(Section(tuple(run)))
-        return cls(name, tuple(sections), cuda_c)
+        return cls(name, tuple(sections), cuda_c, cuda_c_dir)
 
 
 def _callables(spec: KernelSpec) -> dict:

@@ -1,8 +1,9 @@
-"""docs/custom_env.md stays true: the code of its sections (a) and (b) is run.
+"""docs/custom_env.md stays true: the code of its sections (a), (b) and (c) is run.
 
-Code blocks whose first line is a comment naming a file (`# ring_gather/env.py`)
-are written to that file in a temporary directory put on sys.path; every other
-python block is executed, in order. A `text` block right after a python block
+Code blocks whose first line is a comment naming a file (`# ring_gather/env.py`,
+`// ring_gather/ring_gather.cu`) are written to that file in a temporary
+directory put on sys.path; every other python block is executed, in order
+(section (c)'s CUDA C kernels run on the CPU, through the host shim). A `text` block right after a python block
 is that block's expected output: each of its lines must be printed. Lines of
 `bash` blocks that run `python -m gpusim.train` run in-process, shortened.
 """
@@ -18,7 +19,7 @@ import pytest
 
 GUIDE = Path(__file__).resolve().parent.parent / "docs" / "custom_env.md"
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
-FILE_COMMENT = re.compile(r"^# (ring_gather/[\w.]+)\n")
+FILE_COMMENT = re.compile(r"^(?:#|//) (ring_gather/[\w.]+)\n")
 PACKAGE = "ring_gather"
 
 
@@ -40,14 +41,15 @@ def guide_dir(tmp_path_factory):
     (root / PACKAGE).mkdir()
     (root / PACKAGE / "__init__.py").write_text("")
     written = []
-    for letter in "ab":
+    for letter in "abc":
         for _, code in blocks(letter):
             match = FILE_COMMENT.match(code)
             if match:
                 (root / match.group(1)).write_text(code)
                 written.append(match.group(1))
     assert sorted(written) == [f"{PACKAGE}/{name}" for name in
-                               ("config.py", "config.yaml", "env.py", "raw.py", "reference.py")]
+                               ("config.py", "config.yaml", "cuda.py", "env.py", "raw.py",
+                                "reference.py", "ring_gather.cu")]
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("GPUSIM_CACHE_DIR", str(root / "cache"))  # compile cache of this test only
         mp.syspath_prepend(str(root))
@@ -92,7 +94,7 @@ def run_training(args, root: Path):
              "--total_steps", "256", "--results_dir", str(results), "--quiet"]
     with contextlib.redirect_stdout(io.StringIO()):
         assert main(args + short) == 0
-    (run_dir,) = results.iterdir()
+    run_dir = max(results.iterdir(), key=lambda p: p.stat().st_mtime)  # this run's
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert metrics and metrics[-1]["env_steps"] == 256
 
@@ -107,5 +109,12 @@ def test_section_b_runs(guide_dir):
     assert ran == {"python": 2, "checked_output": 0, "train": 0}
 
 
-def test_section_c_is_its_own_heading():
-    assert "\n## (c) A CUDA C kernel for the pycuda backend\n" in GUIDE.read_text()
+def test_section_c_runs(guide_dir):
+    """The CUDA C env passes check_env against its NumPy reference and the portable phases."""
+    from cuda_host.host_backend import compiler_problem
+    problem = compiler_problem(guide_dir)
+    if problem:
+        pytest.skip(f"the CUDA C kernels run on the CPU through the C++20 host shim: {problem}")
+    ran = run_section("c", guide_dir)
+    assert ran == {"python": 2, "checked_output": 0, "train": 1}
+    assert "GPUSIM_ENV_PARAMS" in (guide_dir / "gpusim_env_args.cuh").read_text()

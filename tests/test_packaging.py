@@ -35,8 +35,9 @@ def test_wheel_holds_nothing_generic_at_top_level(tmp_path):
             assert f"gpusim/envs/{path.relative_to(ROOT / 'envs').as_posix()}" in names, path
     assert "gpusim/training/trainer.py" in names
     assert "gpusim/scale/distributed.py" in names
-    for kernel in ("tag_continuous.cu", "sampler.cu", "gpusim_rng.cuh", "gpusim_math.cuh"):
+    for kernel in ("sampler.cu", "gpusim_env.cuh", "gpusim_rng.cuh", "gpusim_math.cuh"):
         assert f"gpusim/cuda_kernels/{kernel}" in names
+    assert "gpusim/envs/tag_continuous/tag_continuous.cu" in names  # beside its env
 
 
 def test_readme_example_runs():

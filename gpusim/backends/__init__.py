@@ -5,8 +5,9 @@ Every backend offers the same small interface (`Backend`, whose kernels are
 - `cpu`: portable kernels compiled with numba `njit(parallel=True)`.
 - `numba`: numba CUDA kernels on an NVIDIA GPU.
 - `cudasim`: numba's CUDA simulator, running GPU kernel code on the CPU.
-- `pycuda`: hand-written CUDA C kernels (`cuda_kernels/`), compiled with nvcc
-  (the toolchain, which needs no GPU, is `cuda_c`).
+- `cuda_c` (alias `pycuda`): hand-written CUDA C kernels, compiled with NVRTC
+  or nvcc, run through pycuda or cuda-bindings (the toolchain, which needs
+  no GPU, is `cuda_c`).
 A backend module is imported only when its backend is chosen.
 """
 from __future__ import annotations
@@ -22,7 +23,8 @@ _BACKEND_CLASSES = {  # name -> "module:class"; each class checks that it can ru
     "cpu": "gpusim.backends.cpu:CPUBackend",
     "numba": "gpusim.backends.numba_cuda:NumbaCUDABackend",
     "cudasim": "gpusim.backends.cudasim:CUDASimBackend",
-    "pycuda": "gpusim.backends.pycuda_backend:PyCUDABackend",
+    "cuda_c": "gpusim.backends.cuda_c_backend:CudaCBackend",
+    "pycuda": "gpusim.backends.cuda_c_backend:CudaCBackend",  # the same backend, its old name
 }
 BACKEND_NAMES = ("auto", *_BACKEND_CLASSES)
 

@@ -1,22 +1,31 @@
-"""The CUDA C toolchain of the `pycuda` backend; it needs neither pycuda nor a GPU.
+"""The CUDA C toolchain of the `cuda_c` backend; it needs neither a GPU nor pycuda.
 
-Kernel sources (`gpusim.cuda_kernels`), their C signatures and C types, the
-check of launch arguments against a signature, and nvcc (finding it, its
-command line). The CPU tests of the CUDA C kernels use them too.
-
-Argument convention: a kernel takes a pointer for every array of `s` (the
-env's arrays, in the field order of `env.arrays.views`), then every scalar of
-`p` (the env's `params()`, in order), with C types matching the dtypes (see
-`C_TYPES`). Names must match too: `argument_format` checks the C signature
-against the arrays and parameters actually passed and names any difference.
+- Sources: a spec's `cuda_c = "file.cu:function"` is found beside the module
+  of the env that names it (relative paths), as given (absolute paths), or
+  in `gpusim.cuda_kernels` (gpusim's own kernels and shared headers).
+- The argument list is generated, never written by hand: `args_header`
+  writes `gpusim_env_args.cuh` from the arrays and scalars actually passed:
+  `GPUSIM_ENV_PARAMS` (the kernel's parameter list), `GpusimEnvArgs` (a
+  struct with a field per array and scalar) and `GPUSIM_ENV_ARGS` (that
+  struct, filled). `gpusim_env.cuh` gives the replica and agent indices, the
+  agent's RNG stream and auto-reset.
+- Compilers: NVRTC (NVIDIA's `cuda-bindings` wheels, no toolkit) or nvcc;
+  `build` compiles a source for one argument layout into the compile cache,
+  keyed by the source, every header it includes, the generated header, the
+  architecture and the compiler.
+- The signature check stays as the safety net: `argument_format` checks the
+  kernel's parameters (the generated list, or one written out) against the
+  arrays `s` and scalars `p` passed, in order, names and C types.
 """
 from __future__ import annotations
 
+import ctypes
 import functools
 import os
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
@@ -25,8 +34,8 @@ import torch
 
 from gpusim.errors import BackendError
 
-# nvcc options of every cubin: no contraction of a * b + c into one fused
-# multiply-add, so float32 results round as in the portable kernels.
+# Options of every compile (nvcc and NVRTC alike): no contraction of a * b + c
+# into one fused multiply-add, so float32 results round as in the portable kernels.
 NVCC_FLAGS = ("--fmad=false",)
 
 # C type of a kernel argument -> numpy dtype of the array element or scalar.
@@ -46,11 +55,19 @@ C_TYPES = {
 _C_ALIASES = {"gpusim_u64": "unsigned long long", "unsigned": "unsigned int",
               "long long int": "long long", "unsigned long long int": "unsigned long long",
               "short int": "short", "unsigned short int": "unsigned short"}
+# ctypes type of each scalar C type (for launchers that pack arguments themselves)
+C_CTYPES = {"float": ctypes.c_float, "double": ctypes.c_double, "bool": ctypes.c_bool,
+            "signed char": ctypes.c_byte, "unsigned char": ctypes.c_ubyte,
+            "short": ctypes.c_short, "unsigned short": ctypes.c_ushort, "int": ctypes.c_int,
+            "unsigned int": ctypes.c_uint, "long long": ctypes.c_longlong,
+            "unsigned long long": ctypes.c_ulonglong}
 # struct-module format character of each scalar C type ("P" for pointers)
 _STRUCT_CHARS = {"float": "f", "double": "d", "bool": "?", "signed char": "b",
                  "unsigned char": "B", "short": "h", "unsigned short": "H", "int": "i",
                  "unsigned int": "I", "long long": "q", "unsigned long long": "Q"}
 _QUALIFIERS = {"const", "volatile", "__restrict__", "__restrict", "restrict"}
+GENERATED_HEADER = "gpusim_env_args.cuh"
+PARAMS_MACRO = "GPUSIM_ENV_PARAMS"
 
 
 # ---- kernel sources -------------------------------------------------------------------
@@ -73,6 +90,24 @@ def split_cuda_c(spec) -> tuple[str, str]:
     return file, function
 
 
+def locate(spec) -> tuple[Path, str]:
+    """(the .cu file, the function) of a spec's CUDA C kernel.
+
+    A relative path is looked for beside the module of the env that names it
+    (`spec.cuda_c_dir`), then in `gpusim.cuda_kernels`; an absolute one is
+    taken as it is. A missing file is one error naming every place looked in.
+    """
+    file, function = split_cuda_c(spec)
+    path = Path(file)
+    places = [path] if path.is_absolute() else \
+        [Path(d) / path for d in (spec.cuda_c_dir, kernel_dir()) if d is not None]
+    for place in places:
+        if place.is_file():
+            return place.resolve(), function
+    raise BackendError(f"CUDA C file '{file}' of kernel '{spec.name}' not found (looked in: "
+                       f"{', '.join(str(p) for p in places)})")
+
+
 def kernel_source(file: str) -> str:
     """The text of `file` from the kernel package."""
     path = kernel_dir() / file
@@ -82,9 +117,24 @@ def kernel_source(file: str) -> str:
     return path.read_text()
 
 
-def headers_text() -> str:
-    """All headers of the kernel package, named and concatenated (part of the cache key)."""
-    return "".join(f"// {p.name}\n{p.read_text()}" for p in sorted(kernel_dir().glob("*.cuh")))
+def include_dirs(source: Path, generated: Path | None = None) -> list:
+    """Where a source's `#include "..."` are found: the generated header's directory, the
+    source's own directory, then gpusim's shared headers."""
+    return [d for d in (generated, source.parent, kernel_dir()) if d is not None]
+
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
+
+
+def included_headers(source_text: str, dirs: list, _seen=None) -> dict:
+    """{path: text} of every header `source_text` includes with quotes, recursively."""
+    seen = {} if _seen is None else _seen
+    for name in _INCLUDE.findall(_strip_comments(source_text)):
+        found = next((Path(d) / name for d in dirs if (Path(d) / name).is_file()), None)
+        if found is not None and found not in seen:
+            seen[found] = found.read_text()
+            included_headers(seen[found], dirs, seen)
+    return seen
 
 
 # ---- the C signature ---------------------------------------------------------------------
@@ -107,11 +157,21 @@ _KERNEL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\s
                      r'(\w+)\s*\(([^)]*)\)')
 
 
-def kernel_signatures(source: str) -> dict:
-    """{function: [CParam, ...]} for every `extern "C" __global__ void` kernel in `source`."""
+def kernel_signatures(source: str, generated: list | None = None) -> dict:
+    """{function: [CParam, ...]} for every `extern "C" __global__ void` kernel in `source`.
+
+    A kernel whose parameter list is `GPUSIM_ENV_PARAMS` gets `generated`, the
+    parameters of the generated header (see `header_params`).
+    """
     found = {}
     for match in _KERNEL.finditer(_strip_comments(source)):
         name, text = match.group(1), match.group(2).strip()
+        if text == PARAMS_MACRO:
+            if generated is None:
+                raise BackendError(f"CUDA C kernel {name} takes {PARAMS_MACRO}, which only "
+                                   "exists for a launch with an env's arrays and parameters")
+            found[name] = list(generated)
+            continue
         params = []
         for raw in ([] if text in ("", "void") else text.split(",")):
             pointer = raw.count("*")
@@ -125,12 +185,56 @@ def kernel_signatures(source: str) -> dict:
     return found
 
 
-def kernel_signature(source: str, function: str, file: str = "the source") -> list:
-    signatures = kernel_signatures(source)
+def kernel_signature(source: str, function: str, file: str = "the source",
+                     generated: list | None = None) -> list:
+    signatures = kernel_signatures(source, generated)
     if function not in signatures:
         raise BackendError(f"{file} has no kernel `extern \"C\" __global__ void {function}(...)` "
                            f"(kernels found: {', '.join(signatures) or 'none'})")
     return signatures[function]
+
+
+# ---- the generated argument list ---------------------------------------------------------
+def launch_signature(source: Path, function: str, s, p, what: str) -> tuple[str, list, str]:
+    """(generated header, the kernel's parameters, their struct format) for launching
+    `function` of `source` with arrays `s` and scalars `p`: the signature is checked."""
+    header = args_header(s, p, what)
+    params = kernel_signature(source.read_text(), function, source.name, header_params(s, p))
+    return header, params, argument_format(params, s, p, f"CUDA C kernel {function} "
+                                                         f"({source.name})")
+
+
+
+def header_params(s, p) -> list:
+    """The parameters a kernel takes for arrays `s` and scalars `p`: the argument convention."""
+    return ([CParam(name, _c_type_of(value.dtype), True) for name, value in zip(s._fields, s)]
+            + [CParam(name, _c_type_of(np.asarray(value).dtype), False)
+               for name, value in zip(p._fields, p)])
+
+
+def env_args_header(env) -> str:
+    """The generated header of an env's kernels (to compile one by hand)."""
+    return args_header(env.arrays.views, env._params, env.name)
+
+
+def args_header(s, p, what: str = "this launch") -> str:
+    """The text of `gpusim_env_args.cuh` for arrays `s` and scalars `p`."""
+    params = header_params(s, p)
+    unknown = [str(x) for x in params if x.ctype not in C_TYPES]
+    if unknown:
+        raise BackendError(f"{what}: no C type for {', '.join(unknown)}")
+    decls = [f"{x.ctype}{'*' if x.pointer else ''} {x.name}" for x in params]
+    lines = [f"// {GENERATED_HEADER}: generated by gpusim for {what}; do not edit.",
+             "// The kernel parameters of the env's arrays (in the order of env.arrays.views),",
+             "// then of its scalar parameters (in the order of env.params()).",
+             "#pragma once", "",
+             f"#define {PARAMS_MACRO} \\",
+             ",\\\n".join(f"    {d}" for d in decls), "",
+             "struct GpusimEnvArgs {", *(f"    {d};" for d in decls), "};", "",
+             "// GpusimEnvArgs filled from the kernel's parameters",
+             f"#define GPUSIM_ENV_ARGS (GpusimEnvArgs{{{', '.join(x.name for x in params)}}})",
+             ""]
+    return "\n".join(lines)
 
 
 # ---- arguments ------------------------------------------------------------------------------
@@ -183,7 +287,12 @@ def _c_type_of(dtype) -> str:
     return next((c for c, d in C_TYPES.items() if d == dtype), f"<no C type for {dtype}>")
 
 
-# ---- nvcc -------------------------------------------------------------------------------------
+# ---- compilers ------------------------------------------------------------------------------
+COMPILER_VARIABLE = "GPUSIM_CUDA_COMPILER"  # nvrtc or nvcc; default: NVRTC where it imports
+INSTALL_COMPILER = ("install NVRTC with `pip install gpusim[cuda]` (wheels, no toolkit), or "
+                    "the CUDA toolkit for nvcc")
+
+
 def find_nvcc() -> str | None:
     """nvcc on PATH, else under $CUDA_HOME or $CUDA_PATH, else in the toolkit's default prefix."""
     found = shutil.which("nvcc")
@@ -206,7 +315,123 @@ def nvcc_version(nvcc: str) -> str:
     return result.stdout.strip()
 
 
-def nvcc_command(nvcc: str, arch: str, source: Path, output: Path, kind: str = "-cubin") -> list:
+def nvcc_command(nvcc: str, arch: str, source: Path, output: Path, kind: str = "-cubin",
+                 dirs: list | None = None) -> list:
     """The nvcc command line that compiles `source` to a cubin (or `--ptx`) for `arch`."""
-    return [nvcc, kind, f"-arch={arch}", *NVCC_FLAGS, "-I", str(kernel_dir()),
-            "-o", str(output), str(source)]
+    includes = [x for d in (dirs if dirs is not None else [kernel_dir()]) for x in ("-I", str(d))]
+    return [nvcc, kind, f"-arch={arch}", *NVCC_FLAGS, *includes, "-o", str(output), str(source)]
+
+
+class Nvcc:
+    """The CUDA toolkit's compiler, as a subprocess."""
+    name = "nvcc"
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def identity(self) -> str:
+        return nvcc_version(self.path)
+
+    def compile(self, source: Path, dirs: list, arch: str, output: str) -> bytes:
+        with tempfile.TemporaryDirectory(prefix="gpusim-nvcc-") as tmp:
+            out = Path(tmp) / f"kernel.{output}"
+            kind = "-cubin" if output == "cubin" else "--ptx"
+            result = subprocess.run(nvcc_command(self.path, arch, source, out, kind, dirs),
+                                    capture_output=True, text=True)
+            if result.returncode != 0:
+                raise BackendError(f"nvcc could not compile {source.name} for {arch}:\n"
+                                   f"{(result.stderr or result.stdout).strip()}")
+            return out.read_bytes()
+
+
+class Nvrtc:
+    """NVIDIA's runtime compiler, through the `cuda-bindings` wheels: no toolkit needed."""
+    name = "nvrtc"
+
+    def __init__(self):
+        from cuda.bindings import nvrtc  # ImportError: not installed
+        self.nvrtc = nvrtc
+        self.identity()  # the NVRTC library itself must load too
+
+    def identity(self) -> str:
+        major, minor = self._checked(self.nvrtc.nvrtcVersion(), "nvrtcVersion")
+        return f"nvrtc {major}.{minor}"
+
+    def _checked(self, result, what: str, program=None):
+        error, *values = result
+        if error != self.nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            log = self._log(program) if program is not None else ""
+            raise BackendError(f"NVRTC {what} failed ({error.name}){':' if log else ''}\n{log}"
+                               .rstrip())
+        return values
+
+    def _log(self, program) -> str:
+        (size,) = self._checked(self.nvrtc.nvrtcGetProgramLogSize(program), "log size")
+        log = b" " * size
+        self._checked(self.nvrtc.nvrtcGetProgramLog(program, log), "log")
+        return log.decode(errors="replace").rstrip("\x00 \n")
+
+    def compile(self, source: Path, dirs: list, arch: str, output: str) -> bytes:
+        nvrtc = self.nvrtc
+        target = arch if output == "cubin" else arch.replace("sm_", "compute_")
+        options = [f"--gpu-architecture={target}", *NVCC_FLAGS, "--std=c++17",
+                   *(f"--include-path={d}" for d in dirs)]
+        (program,) = self._checked(nvrtc.nvrtcCreateProgram(
+            source.read_bytes(), source.name.encode(), 0, [], []), "create")
+        try:
+            error, = nvrtc.nvrtcCompileProgram(program, len(options),
+                                               [o.encode() for o in options])
+            if error != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+                raise BackendError(f"NVRTC could not compile {source.name} for {target}:\n"
+                                   f"{self._log(program)}")
+            get_size, get = ((nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN) if output == "cubin"
+                             else (nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX))
+            (size,) = self._checked(get_size(program), f"{output} size")
+            image = b" " * size
+            self._checked(get(program, image), output)
+            return image
+        finally:
+            nvrtc.nvrtcDestroyProgram(program)
+
+
+def find_compiler(choice: str | None = None):
+    """The CUDA C compiler to use: `choice`, else $GPUSIM_CUDA_COMPILER, else NVRTC where it
+    imports, else nvcc; one error naming what to install when there is none."""
+    choice = choice or os.environ.get(COMPILER_VARIABLE) or "auto"
+    if choice not in ("auto", "nvrtc", "nvcc"):
+        raise BackendError(f"{COMPILER_VARIABLE}={choice!r}: choose nvrtc or nvcc")
+    problems = []
+    if choice in ("auto", "nvrtc"):
+        try:
+            return Nvrtc()
+        except Exception as exc:  # not installed, or its library does not load
+            problems.append(f"NVRTC cannot be used ({type(exc).__name__}: {exc})")
+    if choice in ("auto", "nvcc"):
+        nvcc = find_nvcc()
+        if nvcc is not None:
+            return Nvcc(nvcc)
+        problems.append("nvcc was not found (not on PATH, nor in $CUDA_HOME/bin)")
+    raise BackendError(f"no CUDA C compiler: {'; '.join(problems)}; {INSTALL_COMPILER}")
+
+
+# ---- building ---------------------------------------------------------------------------------
+def build(compiler, source: Path, header: str, arch: str, output: str = "cubin") -> bytes:
+    """The compiled image of `source` with generated header `header`, from the compile cache
+    or compiled once into it.
+
+    The key covers the source, every header it includes (the generated one
+    too), the architecture, the output kind and the compiler's identity.
+    """
+    from gpusim import cache
+    with tempfile.TemporaryDirectory(prefix="gpusim-cuda-c-") as tmp:
+        generated = Path(tmp)
+        (generated / GENERATED_HEADER).write_text(header)
+        dirs = include_dirs(source, generated)
+        text = source.read_text()
+        headers = included_headers(text, dirs)
+        key = [text, *(f"{p.name}\n{t}" for p, t in sorted(headers.items(), key=lambda kv: str(kv[0]))),
+               arch, output, compiler.name, compiler.identity(), " ".join(NVCC_FLAGS)]
+        path = cache.entry_dir("cuda_c", *key) / f"{source.stem}.{output}"
+        if not path.is_file():
+            cache.atomic_write(path, compiler.compile(source, dirs, arch, output))
+    return path.read_bytes()

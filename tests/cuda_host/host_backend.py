@@ -4,9 +4,10 @@
 shared library that exports, for every `extern "C" __global__` kernel K, a
 launcher `gpusim_host_launch_K(grid, block, <K's parameters>)`.
 `HostCBackend` is a `gpusim` backend on CPU tensors whose kernels are those
-launchers, so an env runs its CUDA C kernels exactly where the `pycuda`
+launchers, so an env runs its CUDA C kernels exactly where the `cuda_c`
 backend would run them on a GPU: same spec -> "file.cu:function" lookup,
-same argument convention and checks (gpusim.backends.cuda_c).
+same generated header, argument convention and checks
+(gpusim.backends.cuda_c).
 """
 from __future__ import annotations
 
@@ -19,19 +20,15 @@ import numpy as np
 import torch
 
 from gpusim.backends.base import Kernel, ThreadBlockBackend
-from gpusim.backends.cuda_c import (TensorPointer, argument_format, kernel_dir,
-                                    kernel_signature, kernel_signatures, kernel_source,
-                                    split_cuda_c)
+from gpusim.backends.cuda_c import (C_CTYPES, GENERATED_HEADER, TensorPointer, include_dirs,
+                                    kernel_signature, kernel_signatures, launch_signature,
+                                    locate)
+from gpusim.cache import key_hash
 
 SHIM_DIR = Path(__file__).resolve().parent
 GXX_FLAGS = ("-std=c++20", "-pthread", "-O1", "-fPIC", "-shared", "-ffp-contract=off",
              "-Wall", "-Wextra", "-Wno-unused-parameter", "-Werror")
 
-_CTYPES = {"float": ctypes.c_float, "double": ctypes.c_double, "bool": ctypes.c_bool,
-           "signed char": ctypes.c_byte, "unsigned char": ctypes.c_ubyte,
-           "short": ctypes.c_short, "unsigned short": ctypes.c_ushort, "int": ctypes.c_int,
-           "unsigned int": ctypes.c_uint, "long long": ctypes.c_longlong,
-           "unsigned long long": ctypes.c_ulonglong}
 _PYTHON = {ctypes.c_float: float, ctypes.c_double: float, ctypes.c_bool: bool}
 
 
@@ -55,15 +52,18 @@ def compiler_problem(build_dir: Path) -> str | None:
     return None
 
 
-def build_library(source: str, name: str, build_dir: Path, include_dir: Path | None = None):
+def build_library(source: str, name: str, build_dir: Path, dirs: list = (),
+                  generated: list | None = None):
     """Compile kernel source text with the host shim; the loaded library (ctypes.CDLL).
 
-    Each kernel's launcher gets its `argtypes` from the C signature.
+    `dirs` are searched for its includes; `generated` is the parameter list of
+    its GPUSIM_ENV_PARAMS, if it uses it. Each kernel's launcher gets its
+    `argtypes` from the C signature.
     """
     build_dir = Path(build_dir)
     kernel_file = build_dir / name
     kernel_file.write_text(source)
-    signatures = kernel_signatures(source)
+    signatures = kernel_signatures(source, generated)
     lines = ['#include "host_shim.h"', f'#include "{name}"', ""]
     for function, params in signatures.items():
         declared = "".join(f", {p.ctype}{'*' if p.pointer else ''} {p.name}" for p in params)
@@ -74,9 +74,8 @@ def build_library(source: str, name: str, build_dir: Path, include_dir: Path | N
     wrapper = build_dir / f"{Path(name).stem}_host.cpp"
     wrapper.write_text("\n".join(lines))
     library = build_dir / f"lib{Path(name).stem}_host.so"
-    command = [find_gxx(), *GXX_FLAGS, "-I", str(SHIM_DIR), "-I", str(build_dir)]
-    if include_dir is not None:
-        command += ["-I", str(include_dir)]
+    command = [find_gxx(), *GXX_FLAGS, "-I", str(SHIM_DIR), "-I", str(build_dir),
+               *(x for d in dirs for x in ("-I", str(d)))]
     command += ["-o", str(library), "-x", "c++", str(wrapper)]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
@@ -86,7 +85,7 @@ def build_library(source: str, name: str, build_dir: Path, include_dir: Path | N
     for function, params in signatures.items():
         entry = getattr(lib, f"gpusim_host_launch_{function}")
         entry.argtypes = [ctypes.c_uint, ctypes.c_uint] + [
-            ctypes.c_void_p if p.pointer else _CTYPES[p.ctype] for p in params]
+            ctypes.c_void_p if p.pointer else C_CTYPES[p.ctype] for p in params]
         entry.restype = ctypes.c_int
     return lib
 
@@ -102,7 +101,7 @@ def call(lib, function: str, grid: int, block: int, *args):
 
 
 def race_check(source: str, name: str, launches, grid: int, block: int, build_dir: Path,
-               include_dir: Path | None = None, repeats: int = 1) -> str:
+               dirs: list = (), repeats: int = 1, generated: list | None = None) -> str:
     """Run kernels under ThreadSanitizer on copies of their arguments; its reports ("" if none).
 
     `launches` lists (function, arrays, scalars): numpy arrays for the
@@ -121,7 +120,7 @@ def race_check(source: str, name: str, launches, grid: int, block: int, build_di
              "    std::ifstream(path, std::ios::binary).read((char*)data.data(), bytes);",
              "    return data;", "}", "", "int main()", "{"]
     for n, (function, arrays, scalars) in enumerate(launches):
-        params = kernel_signature(source, function, name)
+        params = kernel_signature(source, function, name, generated)
         args, k = [], 0
         for param, value in zip(params, list(arrays) + list(scalars)):
             if param.pointer:
@@ -145,9 +144,8 @@ def race_check(source: str, name: str, launches, grid: int, block: int, build_di
     program.write_text("\n".join(lines))
     executable = program.with_suffix("")
     command = [find_gxx(), *[f for f in GXX_FLAGS if f not in ("-shared", "-fPIC")], "-g",
-               "-fsanitize=thread", "-I", str(SHIM_DIR), "-I", str(build_dir)]
-    if include_dir is not None:
-        command += ["-I", str(include_dir)]
+               "-fsanitize=thread", "-I", str(SHIM_DIR), "-I", str(build_dir),
+               *(x for d in dirs for x in ("-I", str(d)))]
     result = subprocess.run(command + ["-o", str(executable), str(program)],
                             capture_output=True, text=True)
     if result.returncode != 0:
@@ -181,33 +179,38 @@ class HostCBackend(ThreadBlockBackend):
 
     def __init__(self, build_dir):
         self.build_dir = Path(build_dir)
-        self._libraries = {}
+        self._libraries = {}  # (source, generated header) -> library
 
     def view(self, tensor):
         return TensorPointer(tensor)
 
     def _compile(self, spec):
-        file, function = split_cuda_c(spec)
-        source = kernel_source(file)
-        params = kernel_signature(source, function, file)
-        if file not in self._libraries:
-            self._libraries[file] = build_library(source, file, self.build_dir, kernel_dir())
-        return _HostLaunch(self._libraries[file], function, params,
-                           f"CUDA C kernel {function} ({file})")
+        return _HostLaunch(self, *locate(spec), spec.name)
+
+    def library(self, source: Path, header: str, params: list):
+        """The host library of `source` built with generated header `header` (once)."""
+        key = (source, header)
+        if key not in self._libraries:
+            build = self.build_dir / key_hash(str(source), header)
+            build.mkdir(parents=True, exist_ok=True)
+            (build / GENERATED_HEADER).write_text(header)
+            self._libraries[key] = build_library(source.read_text(), source.name, build,
+                                                 include_dirs(source, build), params)
+        return self._libraries[key]
 
 
 class _HostLaunch(Kernel):
-    """A host-shim kernel, checking the C signature per argument layout."""
+    """A host-shim kernel, built and its C signature checked per argument layout."""
 
-    def __init__(self, lib, function, params, where):
-        self.lib, self.function, self.params, self.where = lib, function, params, where
-        self.checked = set()
+    def __init__(self, backend, source, function, what):
+        self.backend, self.source, self.function, self.what = backend, source, function, what
+        self.libraries = {}  # (type(s), type(p)) -> library
 
     def precompile(self, s, p):
-        argument_format(self.params, s, p, self.where)
-        self.checked.add((type(s), type(p)))
+        header, params, _ = launch_signature(self.source, self.function, s, p, self.what)
+        self.libraries[(type(s), type(p))] = self.backend.library(self.source, header, params)
 
     def __call__(self, num_envs, num_agents, s, p):
-        if (type(s), type(p)) not in self.checked:
+        if (type(s), type(p)) not in self.libraries:
             self.precompile(s, p)
-        call(self.lib, self.function, num_envs, num_agents, *s, *p)
+        call(self.libraries[(type(s), type(p))], self.function, num_envs, num_agents, *s, *p)

@@ -1,9 +1,12 @@
-"""GPU tests (`gpu` marker) of the pycuda backend's CUDA C kernels.
+"""GPU tests (`gpu` marker) of the cuda_c backend's CUDA C kernels.
 
-On the same injected states and actions: pycuda against numba, cpu and the
-NumPy reference; the pycuda sampler against the numba sampler; launches on a
-non-default torch stream; a full 1024-agent block; the cubin cache.
-Skipped cleanly where no CUDA GPU works (see conftest.py) or pycuda is absent.
+On the same injected states and actions: cuda_c against numba, cpu and the
+NumPy reference; the CUDA C sampler against the numba sampler; launches on a
+non-default torch stream; a full 1024-agent block; the cubin cache; a user's
+kernel outside the package (the guide's ring_gather). They run with whichever
+driver the backend finds (pycuda, else cuda-bindings) and compiler (NVRTC,
+else nvcc). Skipped cleanly where no CUDA GPU works (see conftest.py) or the
+backend cannot be built here.
 
 Tolerances: the RNG draws and everything computed from them without
 transcendental functions agree exactly; positions and observations agree to
@@ -24,9 +27,13 @@ INT_STATE = ("still_in_game", "agent_type", "num_runners_left", "timestep")
 
 
 @pytest.fixture(scope="module", autouse=True)
-def needs_pycuda():
-    pytest.importorskip("pycuda.driver", reason="pycuda is not installed "
-                        "(pip install gpusim[pycuda])")
+def needs_cuda_c():
+    from gpusim import get_backend
+    from gpusim.errors import BackendError
+    try:
+        get_backend("cuda_c")
+    except BackendError as exc:
+        pytest.skip(str(exc))
 
 
 def host(t):
@@ -37,10 +44,10 @@ def host(t):
                                                               use_full_observation=True),
                                     dict(num_taggers=3, num_runners=30, tagging_distance=0.05,
                                          runner_exits_game_after_tagged=False)])
-def test_pycuda_matches_numba_cpu_and_reference(config):
+def test_cuda_c_matches_numba_cpu_and_reference(config):
     rng = np.random.default_rng(0)
     envs = {name: make_tag(num_envs=4, backend=name, **config)
-            for name in ("pycuda", "numba", "cpu")}
+            for name in ("cuda_c", "numba", "cpu")}
     for env in envs.values():
         env.reset()
     cfg = envs["cpu"].config
@@ -56,7 +63,7 @@ def test_pycuda_matches_numba_cpu_and_reference(config):
             obs, reward, terminated, truncated, info = env.step(actions.to(env.device))
             outs[name] = (host(obs), host(reward), host(terminated), host(truncated),
                           host(info["final_obs"]), {k: host(v) for k, v in env.get_state().items()})
-        got = outs["pycuda"]
+        got = outs["cuda_c"]
         np.testing.assert_array_equal(got[2], want[3], err_msg=f"terminated, step {t}")
         np.testing.assert_array_equal(got[3], want[4], err_msg=f"truncated, step {t}")
         np.testing.assert_allclose(got[1], want[2], atol=ATOL, err_msg=f"reward, step {t}")
@@ -87,21 +94,21 @@ def test_pycuda_matches_numba_cpu_and_reference(config):
     assert tags > 0 and resets > 0
 
 
-def test_pycuda_reset_and_streams_match_numba():
-    pycuda_env = make_tag(num_envs=16, backend="pycuda", seed=4, num_taggers=5)
+def test_cuda_c_reset_and_streams_match_numba():
+    cuda_c_env = make_tag(num_envs=16, backend="cuda_c", seed=4, num_taggers=5)
     numba_env = make_tag(num_envs=16, backend="numba", seed=4, num_taggers=5)
-    for env in (pycuda_env, numba_env):
+    for env in (cuda_c_env, numba_env):
         env.reset()
-    a, b = pycuda_env.get_state(include_rng=True), numba_env.get_state(include_rng=True)
+    a, b = cuda_c_env.get_state(include_rng=True), numba_env.get_state(include_rng=True)
     for key in ("rng_state", "loc_x", "loc_y", "direction", "speed", "still_in_game"):
         assert torch.equal(a[key], b[key]), key
-    np.testing.assert_allclose(host(pycuda_env.arrays["obs"]), host(numba_env.arrays["obs"]),
+    np.testing.assert_allclose(host(cuda_c_env.arrays["obs"]), host(numba_env.arrays["obs"]),
                                atol=ATOL)
 
 
-def test_pycuda_sampler_matches_numba_sampler():
+def test_cuda_c_sampler_matches_numba_sampler():
     envs = [make_tag(num_envs=32, backend=name, seed=9, num_taggers=5)
-            for name in ("pycuda", "numba")]
+            for name in ("cuda_c", "numba")]
     samplers = [ActionSampler(env) for env in envs]
     gen = torch.Generator().manual_seed(1)
     for trial in range(20):
@@ -113,10 +120,10 @@ def test_pycuda_sampler_matches_numba_sampler():
         assert torch.equal(envs[0].rng_state, envs[1].rng_state)
 
 
-def test_pycuda_on_a_side_stream_matches_the_default_stream():
+def test_cuda_c_on_a_side_stream_matches_the_default_stream():
     results = []
     for use_side_stream in (False, True):
-        env = make_tag(num_envs=64, backend="pycuda", seed=2, num_taggers=5, episode_length=30)
+        env = make_tag(num_envs=64, backend="cuda_c", seed=2, num_taggers=5, episode_length=30)
         sampler = ActionSampler(env)
         probs = torch.ones((64, env.num_agents, sampler.width), device=env.device)
         stream = torch.cuda.Stream(env.device) if use_side_stream else \
@@ -133,8 +140,8 @@ def test_pycuda_on_a_side_stream_matches_the_default_stream():
     assert torch.equal(results[0], results[1])
 
 
-def test_pycuda_rollout_has_no_host_sync():
-    env = make_tag(num_envs=64, backend="pycuda", num_taggers=5)
+def test_cuda_c_rollout_has_no_host_sync():
+    env = make_tag(num_envs=64, backend="cuda_c", num_taggers=5)
     env.reset()
     sampler = ActionSampler(env)
     probs = torch.full((64, env.num_agents, sampler.width), 1.0, device=env.device)
@@ -149,8 +156,8 @@ def test_pycuda_rollout_has_no_host_sync():
     assert obs.is_cuda and reward.is_cuda
 
 
-def test_pycuda_runs_a_full_block_of_1024_agents():
-    env = make_tag(num_envs=3, backend="pycuda", num_taggers=24, num_runners=1000)
+def test_cuda_c_runs_a_full_block_of_1024_agents():
+    env = make_tag(num_envs=3, backend="cuda_c", num_taggers=24, num_runners=1000)
     env.reset()
     sampler = ActionSampler(env)
     probs = torch.ones((3, 1024, sampler.width), device=env.device)
@@ -160,16 +167,42 @@ def test_pycuda_runs_a_full_block_of_1024_agents():
     assert torch.isfinite(obs).all()
 
 
-def test_pycuda_cubin_comes_from_the_user_cache(tmp_path, monkeypatch):
-    from gpusim.backends import pycuda_backend
-    from gpusim.backends.cuda_c import kernel_source
+def test_cuda_c_cubin_comes_from_the_user_cache(tmp_path, monkeypatch):
+    from gpusim.backends import cuda_c
     monkeypatch.setenv("GPUSIM_CACHE_DIR", str(tmp_path))
-    backend = pycuda_backend.PyCUDABackend(0)
-    source = kernel_source("tag_continuous.cu")
-    first = backend._cubin("tag_continuous.cu", source)
-    assert list(tmp_path.glob("pycuda/*/tag_continuous.cubin"))
+    make_tag(num_envs=2, backend="cuda_c", num_taggers=3, num_runners=9)
+    assert list(tmp_path.glob("cuda_c/*/tag_continuous.cubin"))
 
-    def no_nvcc(*args, **kwargs):
-        raise AssertionError("nvcc ran for a cached cubin")
-    monkeypatch.setattr(pycuda_backend.subprocess, "run", no_nvcc)
-    assert pycuda_backend.PyCUDABackend(0)._cubin("tag_continuous.cu", source) == first
+    def no_compiler(*args, **kwargs):
+        raise AssertionError("compiled again for a cached cubin")
+    monkeypatch.setattr(cuda_c.Nvrtc, "compile", no_compiler)
+    monkeypatch.setattr(cuda_c.Nvcc, "compile", no_compiler)
+    from gpusim.backends.base import Backend
+    monkeypatch.setattr(Backend, "_compiled", {})  # not from this process's memory either
+    make_tag(num_envs=2, backend="cuda_c", num_taggers=3, num_runners=9)
+
+
+def test_a_user_kernel_outside_the_package_runs(tmp_path, monkeypatch):
+    """The guide's ring_gather, with its own ring_gather.cu, on the GPU against the CPU."""
+    import gpusim
+    from test_custom_env_guide import FILE_COMMENT, blocks
+    (tmp_path / "ring_gather").mkdir()
+    (tmp_path / "ring_gather" / "__init__.py").write_text("")
+    for letter in "ac":
+        for _, code in blocks(letter):
+            match = FILE_COMMENT.match(code)
+            if match:
+                (tmp_path / match.group(1)).write_text(code)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    envs = [gpusim.make("ring_gather.cuda:RingGatherCUDA", num_envs=64, backend=name, seed=3)
+            for name in ("cuda_c", "cpu")]
+    for env in envs:
+        env.reset()
+    gen = torch.Generator().manual_seed(0)
+    for t in range(200):
+        actions = torch.randint(0, 3, (64, envs[0].num_agents, 1), generator=gen,
+                                dtype=torch.int32)
+        outs = [env.step(actions.to(env.device)) for env in envs]
+        for k in range(4):
+            assert torch.equal(outs[0][k].cpu(), outs[1][k]), f"output {k}, step {t}"
+    assert torch.equal(envs[0].rng_state.cpu(), envs[1].rng_state)

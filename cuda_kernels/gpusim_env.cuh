@@ -1,0 +1,58 @@
+// What every gpusim env kernel in CUDA C needs: this thread's replica and
+// agent, its RNG stream, and the auto-reset that ends a step kernel.
+//
+// An env kernel includes this and the generated "gpusim_env_args.cuh", and
+// takes GPUSIM_ENV_PARAMS as its parameter list; GPUSIM_ENV_ARGS then gives
+// every array and scalar by name (a GpusimEnvArgs):
+//
+//   extern "C" __global__ void __launch_bounds__(1024) my_step(GPUSIM_ENV_PARAMS)
+//   {
+//       const GpusimEnvArgs a = GPUSIM_ENV_ARGS;
+//       ... step phases, __syncthreads() between them ...
+//       gpusim_auto_reset(a, obs_dim, [&] { my_reset_phases(a); });
+//   }
+//
+// Launch: grid = replicas, block = agents.
+#pragma once
+
+#include "gpusim_math.cuh"
+#include "gpusim_rng.cuh"
+
+// This thread's replica (its block) and agent (its thread), and the agents per replica.
+__device__ __forceinline__ int gpusim_replica() { return (int)blockIdx.x; }
+__device__ __forceinline__ int gpusim_agent() { return (int)threadIdx.x; }
+__device__ __forceinline__ int gpusim_num_agents() { return (int)blockDim.x; }
+
+// The row of (replica, agent) in arrays shaped (num_envs, num_agents, ...).
+__device__ __forceinline__ long long gpusim_row()
+{
+    return (long long)gpusim_replica() * gpusim_num_agents() + gpusim_agent();
+}
+
+// This thread's RNG stream in the env's rng_state (num_envs, num_agents, 2).
+__device__ __forceinline__ gpusim_u64* gpusim_my_stream(gpusim_u64* rng_state)
+{
+    return gpusim_stream(rng_state, gpusim_replica(), gpusim_agent(), gpusim_num_agents());
+}
+
+// The end of a step kernel, after the step's last barrier: a replica whose
+// step terminated or truncated it is marked in reset_mask, keeps its last
+// observation in final_obs, and is reset by `reset` (the reset phases, with
+// their barriers) in the same launch. reset_mask is written by thread 0 and
+// read by every thread after a barrier, so the branch is the same in the
+// whole block and its barriers are safe.
+template <class Args, class Reset>
+__device__ void gpusim_auto_reset(const Args& a, int obs_dim, Reset reset)
+{
+    const int env = gpusim_replica();
+    if (gpusim_agent() == 0)
+        a.reset_mask[env] = a.terminated[env] || a.truncated[env];
+    __syncthreads();
+    if (a.reset_mask[env]) {
+        const long long row = gpusim_row() * obs_dim;
+        for (int k = 0; k < obs_dim; ++k)
+            a.final_obs[row + k] = a.obs[row + k];
+        __syncthreads();
+        reset();
+    }
+}

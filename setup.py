@@ -34,9 +34,12 @@ setup(
         # (CUDA 13 wheels; with a CUDA 12 driver use cuda-bindings 12 and the -cu12 NVRTC)
         "cuda": ["numba-cuda>=0.10", "cuda-bindings>=13", "nvidia-cuda-nvrtc>=13"],
         "pycuda": ["pycuda>=2022.1"],
+        # adapters to gymnasium, PettingZoo and TorchRL (gpusim.wrappers)
+        "interop": ["gymnasium>=0.29", "pettingzoo>=1.24", "torchrl>=0.6"],
         "plot": ["matplotlib>=3.5"],
         # NVRTC compiles the CUDA C kernels in CI without a GPU (Linux x86-64 wheels only)
         "test": ["pytest>=7", "scipy>=1.10", "gymnasium>=0.29", "matplotlib>=3.5",
+                 "pettingzoo>=1.24", "torchrl>=0.6", "stable-baselines3>=2",
                  f"cuda-bindings>=13; {LINUX_X86}", f"nvidia-cuda-nvrtc>=13; {LINUX_X86}"],
     },
 )

@@ -29,8 +29,17 @@ import torch
 from gpusim import rng
 from gpusim.arrays import ArraySpec, DeviceArrays, namedtuple_type
 from gpusim.backends import Backend, get_backend
-from gpusim.errors import ArrayError, ConfigError
+from gpusim.errors import ArrayError, ConfigError, GpusimError
 from gpusim.kernels import KernelSpec, Section, agent_phase
+
+
+def _gymnasium_spaces():
+    try:
+        from gymnasium import spaces
+    except ImportError:
+        raise GpusimError("env spaces are gymnasium spaces: pip install 'gpusim[interop]'") \
+            from None
+    return spaces
 
 
 def checked_seed(seed) -> int:
@@ -162,6 +171,20 @@ class Env:
     @property
     def device(self) -> torch.device:
         return self.backend.device
+
+    @property
+    def observation_space(self) -> dict:
+        """Per policy, the gymnasium space of one agent's observation (float32 Box)."""
+        spaces = _gymnasium_spaces()
+        box = spaces.Box(-np.inf, np.inf, (self.obs_dim,), np.float32)
+        return {name: box for name in self.policies}
+
+    @property
+    def action_space(self) -> dict:
+        """Per policy, the gymnasium space of one agent's action (MultiDiscrete)."""
+        spaces = _gymnasium_spaces()
+        return {name: spaces.MultiDiscrete(np.asarray(self.action_nvec, dtype=np.int64))
+                for name in self.policies}
 
     @property
     def rng_state(self) -> torch.Tensor:

@@ -28,7 +28,8 @@ setup(
     packages=packages(),
     package_dir=ROOTS,
     package_data={name: DATA for name in packages()},
-    install_requires=["torch>=2.1,<3", "numba>=0.59", "numpy>=1.24", "pyyaml>=6.0"],
+    install_requires=["torch>=2.1,<3", "numba>=0.59", "numpy>=1.24", "pyyaml>=6.0",
+                      "tqdm>=4.60"],
     extras_require={
         # the GPU paths: numba's CUDA target, and CUDA C through NVRTC and the driver API
         # (CUDA 13 wheels; with a CUDA 12 driver use cuda-bindings 12 and the -cu12 NVRTC)

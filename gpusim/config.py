@@ -8,7 +8,10 @@ A class may add a `check(self)` method for cross-field rules, raising
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
+import re
+import textwrap
 import types
 import typing
 from pathlib import Path
@@ -68,6 +71,29 @@ class EnvConfig:
         data = dict(load_yaml(path).get("env") or {}) if path is not None else {}
         data.update(overrides)
         return from_dict(cls, data, section="env")
+
+
+def field_help(cls) -> dict:
+    """{field: its description}: the comment written after the field in the class's source
+    (continued on comment-only lines below it), for `--help`; "" where there is none."""
+    fields = {f.name for f in dataclasses.fields(cls)}
+    found = {}
+    current = None
+    try:
+        source = textwrap.dedent(inspect.getsource(cls))
+    except (OSError, TypeError):
+        return {name: "" for name in fields}
+    for line in source.splitlines():
+        code, _, comment = line.partition("#")
+        match = re.match(r"\s+(\w+)\s*:", code)
+        if match and match.group(1) in fields:
+            current = match.group(1)
+            found[current] = comment.strip()
+        elif current and not code.strip() and comment:  # a comment line continues it
+            found[current] = f"{found[current]} {comment.strip()}".strip()
+        else:
+            current = None
+    return {name: found.get(name, "") for name in (f.name for f in dataclasses.fields(cls))}
 
 
 def to_dict(config) -> dict:

@@ -79,6 +79,7 @@ class Env:
     policies: dict
     time_limit: int | None = None  # None: an episode may be truncated at any step
     nonnegative_state: tuple = ("timestep",)  # state arrays set_state refuses below 0
+    render_arrays: tuple = ()  # the arrays a rendered frame needs (gpusim.render); see draw
 
     def __init__(self, num_envs: int, backend: str | Backend = "auto", seed: int = 0,
                  config=None, check_actions: bool | None = None, env_offset: int = 0):
@@ -125,6 +126,18 @@ class Env:
 
     def check_state(self, state: dict):
         """Reject injected values the env cannot honour (raise ArrayError); default: none."""
+
+    def draw(self, ax, frame: dict):
+        """Draw one frame (render_arrays of one replica, numpy) on a matplotlib axis."""
+        raise GpusimError(f"env {self.name} cannot be rendered")
+
+    def episode_measures(self):
+        """Env-specific measures of finished episodes for evaluation, or None (default).
+
+        An object with `after_step(done)` (called after every step) and
+        `per_episode()` -> {name: [one value per finished episode]}.
+        """
+        return None
 
     # ---- kernels -------------------------------------------------------------
     @classmethod

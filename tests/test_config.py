@@ -15,6 +15,23 @@ def test_env_defaults_are_the_dataclass_defaults():
     assert TagContinuousConfig.load() == TagContinuousConfig()
 
 
+def test_help_lists_every_config_key_with_its_default_and_description(capsys):
+    from gpusim.config import field_help
+    from gpusim.training.cli import parse_args
+    with pytest.raises(SystemExit):
+        parse_args(["--help"])
+    text = capsys.readouterr().out
+    classes = [TrainerConfig, PolicyConfig, ScaleConfig] + \
+        [env_class(name).config_class for name in builtin_names()]
+    for cls in classes:
+        defaults = dataclasses.asdict(cls())
+        for key, description in field_help(cls).items():
+            assert description, f"{cls.__name__}.{key} has no description comment"
+            assert f"    {key} = {defaults[key]!r}  ({description})" in text
+    for name in builtin_names():
+        assert name in text
+
+
 @pytest.mark.parametrize("name", builtin_names())
 def test_recipes_hold_only_what_differs_from_the_defaults(name):
     """Defaults are written once: a recipe key equal to its dataclass default is a copy."""

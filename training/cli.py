@@ -17,14 +17,16 @@ import sys
 from pathlib import Path
 
 from gpusim.backends import BACKEND_NAMES, check_process_count
-from gpusim.envs import env_class
+from gpusim.config import load_yaml
+from gpusim.envs import env_class, env_names
 from gpusim.errors import GpusimError, describe, exit_code
 from gpusim.scale import distributed
 from gpusim.scale.device import DeviceContext
 
 from . import checkpoint
 from .autoscale import auto_scale
-from .config import load_run_config, load_run_dir_config
+from .config import config_reference, load_run_config, load_run_dir_config
+from .evaluate import evaluate
 from .logger import RunLogger, new_run_dir
 from .trainer import Stopped, Trainer
 
@@ -42,22 +44,26 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def parse_args(argv=None):
-    parser = ArgumentParser(prog="python -m gpusim.train", description=__doc__.split("\n")[0])
-    parser.add_argument("--env", help="registered env name, or module:Class for your own env")
+    parser = ArgumentParser(prog="python -m gpusim.train", description=__doc__.split("\n")[0],
+                            formatter_class=argparse.RawDescriptionHelpFormatter,
+                            epilog=config_reference())
+    parser.add_argument("--env", help=f"a registered env ({', '.join(env_names())}), or "
+                                      "module:Class for your own")
     parser.add_argument("--config", help="YAML with env/trainer/policy/scale sections "
                                          "(default: the env's config.yaml)")
-    parser.add_argument("--backend", choices=BACKEND_NAMES)
-    parser.add_argument("--num_envs", type=int)
-    parser.add_argument("--rollout_len", type=int)
-    parser.add_argument("--total_steps", type=int)
-    parser.add_argument("--seed", type=int)
+    parser.add_argument("--backend", choices=BACKEND_NAMES, help="trainer.backend")
+    parser.add_argument("--num_envs", type=int, help="trainer.num_envs")
+    parser.add_argument("--rollout_len", type=int, help="trainer.rollout_len")
+    parser.add_argument("--total_steps", type=int, help="trainer.total_steps")
+    parser.add_argument("--seed", type=int, help="trainer.seed")
     parser.add_argument("--num_gpus", type=int, default=1, metavar="N",
                         help="processes to start here, one per GPU (with --backend cpu: "
                              "CPU worker processes); under torchrun leave it out")
     parser.add_argument("--oversubscribe", action="store_true",
                         help="with --backend cpu: allow more worker processes than cores")
     parser.add_argument("--auto_scale", action="store_true",
-                        help="pick the largest num_envs, then rollout_len, that fit the device")
+                        help="before training, size num_envs, rollout_len and minibatch chunks "
+                             "for the fastest training that fits (scale.objective)")
     parser.add_argument("--memory_budget", metavar="SIZE",
                         help="with --auto_scale: memory per process to fill, e.g. 2GiB")
     parser.add_argument("--results_dir", default="runs", help="where run directories go")
@@ -89,10 +95,12 @@ def resolve_config(args):
             raise GpusimError(f"--resume continues a run as configured; only --total_steps may "
                               f"change (got {', '.join(changed + ['--set'] * bool(args.set))})")
         return load_run_dir_config(run_dir, overrides)
-    if not args.env:
-        raise GpusimError("--env is required (or --resume RUN_DIR)")
-    cls = env_class(args.env)
-    return cls, load_run_config(args.env, cls, path=args.config, overrides=overrides,
+    name = args.env or (load_yaml(args.config).get("env_name") if args.config else None)
+    if not name:
+        raise GpusimError("--env is required (or --resume RUN_DIR, or --config with env_name, "
+                          "as a run directory's config.yaml has)")
+    cls = env_class(name)
+    return cls, load_run_config(name, cls, path=args.config, overrides=overrides,
                                 sets=args.set)
 
 
@@ -181,6 +189,10 @@ def train(args, context) -> int:
                   f"{trainer.env.num_agents} agents on {trainer.env.backend.name}, "
                   f"{t.algorithm}, {trainer.num_iterations} iterations of "
                   f"{trainer.steps_per_iteration:,} env steps", flush=True)
+            planned = trainer.num_iterations * trainer.steps_per_iteration
+            if planned != t.total_steps:
+                print(f"total_steps {t.total_steps:,} is not a whole number of iterations: "
+                      f"running {planned:,} env steps", flush=True)
         if state is not None:
             trainer.load_state_dict(state)
             if logger is not None:
@@ -206,6 +218,8 @@ def train(args, context) -> int:
     print(f"done{solved}: {summary['iterations']} iterations, {summary['env_steps']:,} env steps in "
           f"{summary['time_s']:.1f} s ({rate:,.0f} steps/s); mean return over the last "
           f"{min(100, summary['episodes'])} episodes: {returns}; run directory: {run_dir}")
+    if config.trainer.final_eval_episodes >= 2:
+        evaluate(run_dir, config.trainer.final_eval_episodes)
     return 0
 
 

@@ -14,7 +14,7 @@ import yaml
 
 from gpusim.backends import BACKEND_NAMES
 from gpusim.cache import atomic_write
-from gpusim.config import from_dict, load_yaml, require, to_dict
+from gpusim.config import field_help, from_dict, load_yaml, require, to_dict
 from gpusim.errors import ConfigError
 from gpusim.scale.config import ScaleConfig
 
@@ -26,29 +26,32 @@ ACTIVATIONS = ("tanh", "relu")
 
 @dataclass(frozen=True)
 class TrainerConfig:
-    algorithm: str = "ppo"
-    backend: str = "auto"
-    num_envs: int = 64
-    rollout_len: int = 32
+    algorithm: str = "ppo"         # ppo | a2c (one epoch, one minibatch: plain policy gradient)
+    backend: str = "auto"          # auto (numba on a CUDA GPU, else cpu) | cpu | numba | cudasim
+                                   # | cuda_c (alias pycuda)
+    num_envs: int = 64             # env replicas per process
+    rollout_len: int = 32          # steps per replica per iteration
     total_steps: int = 1_000_000   # env steps: iterations x num_envs x rollout_len
-    seed: int = 0
-    lr: float = 3e-4
-    anneal_lr: bool = False
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    update_epochs: int = 4
-    num_minibatches: int = 4
-    clip_coef: float = 0.2
-    clip_vloss: bool = True
-    vf_coef: float = 0.5
-    ent_coef: float = 0.01
-    max_grad_norm: float = 0.5
-    norm_adv: bool = True
+    seed: int = 0                  # seeds the env streams, the models and the shuffling
+    lr: float = 3e-4               # Adam learning rate
+    anneal_lr: bool = False        # fall linearly to 0 at the last iteration
+    gamma: float = 0.99            # discount
+    gae_lambda: float = 0.95       # GAE lambda
+    update_epochs: int = 4         # passes over each rollout
+    num_minibatches: int = 4       # gradient steps per pass
+    clip_coef: float = 0.2         # PPO ratio clipping (and value clipping)
+    clip_vloss: bool = True        # clip the value loss as PPO does
+    vf_coef: float = 0.5           # weight of the value loss
+    ent_coef: float = 0.01         # weight of the entropy bonus
+    max_grad_norm: float = 0.5     # gradient-norm clipping
+    norm_adv: bool = True          # normalise advantages per minibatch
     max_minibatch_rows: int = 65536  # rows per forward/backward chunk of a minibatch: bounds
                                      # activation memory; chunk gradients are accumulated
     precision: str = "auto"        # auto (bf16 on a CUDA GPU, fp32 on the CPU) | fp32 | tf32 | bf16
     compile: str = "auto"          # torch.compile: auto (on CUDA GPUs) | on | off
-    checkpoint_every: int = 10     # iterations
+    checkpoint_every: int = 10     # iterations between checkpoints
+    final_eval_episodes: int = 0   # after training: episodes per pairing of trained and random
+                                   # policies (python -m gpusim.evaluate); 0: none
     target_return: float | None = None  # stop once every policy's mean return over the
                                         # last 100 finished episodes reaches this
     torch_threads: int = 0         # CPU: the learner's threads (0: all the process's cores);
@@ -64,6 +67,8 @@ class TrainerConfig:
                     "num_minibatches", "checkpoint_every", "max_minibatch_rows"):
             require(getattr(self, key) >= 1, f"trainer.{key}", "must be at least 1")
         require(self.seed >= 0, "trainer.seed", "must be >= 0")
+        require(self.final_eval_episodes == 0 or self.final_eval_episodes >= 2,
+                "trainer.final_eval_episodes", "must be 0 (none) or at least 2")
         require(self.lr > 0, "trainer.lr", "must be positive")
         require(0 <= self.gamma <= 1, "trainer.gamma", "must lie in [0, 1]")
         require(0 <= self.gae_lambda <= 1, "trainer.gae_lambda", "must lie in [0, 1]")
@@ -88,8 +93,8 @@ class TrainerConfig:
 
 @dataclass(frozen=True)
 class PolicyConfig:
-    hidden_sizes: tuple[int, ...] = (64, 64)
-    activation: str = "tanh"
+    hidden_sizes: tuple[int, ...] = (64, 64)  # the actor's and the critic's hidden layers
+    activation: str = "tanh"                  # tanh | relu
 
     def check(self):
         require(len(self.hidden_sizes) >= 1 and all(h >= 1 for h in self.hidden_sizes),
@@ -121,6 +126,21 @@ class RunConfig:
 
 
 SECTIONS = ("env", "trainer", "policy", "scale")
+
+
+def config_reference() -> str:
+    """Every config key with its default and description, for `python -m gpusim.train --help`."""
+    from gpusim.envs import env_class, env_names
+    classes = [("trainer", TrainerConfig), ("policy", PolicyConfig), ("scale", ScaleConfig)]
+    classes += [(f"env ({name})", env_class(name).config_class) for name in env_names()]
+    lines = ["config keys (--set section.key=value, or a YAML file with these sections);",
+             "each with its default:"]
+    for section, cls in classes:
+        lines.append(f"  {section}:")
+        defaults = to_dict(cls())
+        for key, text in field_help(cls).items():
+            lines.append(f"    {key} = {defaults[key]!r}" + (f"  ({text})" if text else ""))
+    return "\n".join(lines)
 
 
 def recipe_path(env_class) -> Path | None:

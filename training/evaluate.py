@@ -1,18 +1,49 @@
-"""Evaluate policies on full episodes: a trained run's, or the uniform-random baseline."""
+"""Evaluate a run on full episodes: every pairing of trained and uniform-random policies.
+
+    python -m gpusim.evaluate RUN_DIR --episodes 64
+
+For each subset of the run's policies, those policies act with the trained
+models of the run's latest checkpoint and the others uniformly at random
+(for tag_continuous: trained vs trained, trained taggers vs random runners,
+random taggers vs trained runners, random vs random). Per pairing it prints
+each policy's mean episode return with a 95% confidence interval, and the
+env's own measures where it has them (tag_continuous: how long runners
+survive and how many are still free at the end). The figures also go to
+RUN_DIR/eval.json.
+"""
 from __future__ import annotations
 
+import argparse
+import itertools
+import json
+import math
+import sys
 from pathlib import Path
 
 import torch
 
+from gpusim.errors import GpusimError
 from gpusim.sampler import ActionSampler
 
 from . import checkpoint
 from .config import load_run_dir_config
 from .models import ActorCritic
 
+Z95 = 1.96  # normal quantile of a two-sided 95% interval
 
-def load_policies(run_dir, env):
+
+def mean_ci(values) -> tuple[float, float]:
+    """(mean, half-width of its 95% confidence interval) of per-episode values."""
+    values = list(values)
+    n = len(values)
+    mean = sum(values) / n
+    if n < 2:
+        return mean, float("inf")
+    variance = sum((v - mean) ** 2 for v in values) / (n - 1)
+    return mean, Z95 * math.sqrt(variance / n)
+
+
+def load_policies(run_dir, env) -> dict:
     """The models of a run's latest checkpoint, one per policy, on the env's device."""
     state = checkpoint.load_latest(Path(run_dir) / "checkpoints")
     _, config = load_run_dir_config(run_dir)
@@ -26,27 +57,93 @@ def load_policies(run_dir, env):
 
 
 @torch.no_grad()
-def episode_returns(env, models=None, num_episodes: int = 64, argmax: bool = False) -> dict:
-    """Mean per-agent episode return of each policy over `num_episodes` finished episodes.
-
-    With `models=None` every agent acts uniformly at random.
-    """
+def play(env, models: dict, num_episodes: int, argmax: bool = False) -> dict:
+    """Full episodes with `models` (policy name -> model; a policy without one acts
+    uniformly at random): per policy the list of episode returns (the mean over its
+    agents), and the env's own measures (`env.episode_measures()`), per episode."""
     sampler = ActionSampler(env)
     probs = torch.ones((env.num_envs, env.num_agents, sum(env.action_nvec)), device=env.device)
     index = {name: torch.tensor(ids, device=env.device) for name, ids in env.policies.items()}
+    measures = env.episode_measures()
     obs = env.reset()
     running = torch.zeros((env.num_envs, env.num_agents), device=env.device)
-    finished = {name: [] for name in env.policies}
-    while len(next(iter(finished.values()))) < num_episodes:
-        if models is not None:
-            for name, model in models.items():
-                probs[:, index[name]] = torch.cat(model.log_probs(obs[:, index[name]]), -1).exp()
+    returns = {name: [] for name in env.policies}
+    while len(next(iter(returns.values()))) < num_episodes:
+        for name, model in models.items():
+            probs[:, index[name]] = torch.cat(model.log_probs(obs[:, index[name]]), -1).exp()
         obs, reward, terminated, truncated, _ = env.step(sampler.sample(probs, argmax=argmax))
         running += reward
         done = terminated | truncated
+        if measures is not None:
+            measures.after_step(done)
         if bool(done.any()):  # evaluation may sync; the training rollout never does
             rows = running[done]
             for name in env.policies:
-                finished[name] += rows[:, index[name]].mean(1).tolist()
+                returns[name] += rows[:, index[name]].mean(1).tolist()
             running[done] = 0
-    return {name: sum(v[:num_episodes]) / num_episodes for name, v in finished.items()}
+    out = {f"return/{name}": values[:num_episodes] for name, values in returns.items()}
+    if measures is not None:
+        out.update({key: values[:num_episodes] for key, values in measures.per_episode().items()})
+    return out
+
+
+def episode_returns(env, models=None, num_episodes: int = 64, argmax: bool = False) -> dict:
+    """Mean per-agent episode return of each policy (all random with `models=None`)."""
+    played = play(env, models or {}, num_episodes, argmax)
+    return {name: sum(played[f"return/{name}"]) / num_episodes for name in env.policies}
+
+
+def pairings(policies) -> list:
+    """Every subset of `policies` that acts trained (the rest random), all-trained first."""
+    names = list(policies)
+    subsets = [c for k in range(len(names), -1, -1) for c in itertools.combinations(names, k)]
+    return [tuple(s) for s in subsets]
+
+
+def label(trained: tuple, policies) -> str:
+    return ", ".join(f"{name} {'trained' if name in trained else 'random'}" for name in policies)
+
+
+def evaluate(run_dir, num_episodes: int = 64, num_envs: int | None = None, seed: int = 12345,
+             log=print) -> dict:
+    """Every pairing of the run, summarised (mean, 95% CI) and written to RUN_DIR/eval.json."""
+    run_dir = Path(run_dir)
+    cls, config = load_run_dir_config(run_dir)
+    backend = "cpu" if config.trainer.backend == "auto" and not torch.cuda.is_available() \
+        else config.trainer.backend
+    env = cls(num_envs=num_envs or min(config.trainer.num_envs, num_episodes), backend=backend,
+              seed=seed, config=config.env)
+    models = load_policies(run_dir, env)
+    results = {}
+    log(f"{run_dir.name}: {num_episodes} episodes per pairing, {env.num_envs} replicas, "
+        f"seed {seed}; mean and 95% confidence interval")
+    for trained in pairings(env.policies):
+        played = play(env, {name: models[name] for name in trained}, num_episodes)
+        summary = {key: dict(zip(("mean", "ci95"), mean_ci(values)))
+                   for key, values in played.items()}
+        name = label(trained, env.policies)
+        results[name] = summary
+        log(f"  {name}:")
+        for key, value in summary.items():
+            log(f"    {key:<28} {value['mean']:10.3f} +- {value['ci95']:.3f}")
+    (run_dir / "eval.json").write_text(json.dumps(
+        {"episodes": num_episodes, "seed": seed, "pairings": results}, indent=1))
+    return results
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gpusim.evaluate",
+                                     description=__doc__.split("\n")[0])
+    parser.add_argument("run_dir", help="a run directory written by python -m gpusim.train")
+    parser.add_argument("--episodes", type=int, default=64, help="episodes per pairing")
+    parser.add_argument("--num_envs", type=int, help="replicas stepped at once")
+    parser.add_argument("--seed", type=int, default=12345)
+    args = parser.parse_args(argv)
+    try:
+        if args.episodes < 2:
+            raise GpusimError("--episodes must be at least 2 (a confidence interval needs two)")
+        evaluate(args.run_dir, args.episodes, args.num_envs, args.seed)
+    except GpusimError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    return 0

@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+from tqdm import tqdm
+
 from gpusim.errors import GpusimError
 
 from . import checkpoint
@@ -76,6 +78,9 @@ class RunLogger:
         self.quiet = quiet
         self.tensorboard = None
         self._tty = sys.stderr.isatty()
+        self._bar = None
+        self._rate = None
+        self._first = None  # the first iteration this process logged (after a resume: later)
 
     def resume_from(self, iteration: int, env_steps: int):
         """Drop what was logged after the checkpoint the run resumes from."""
@@ -103,6 +108,8 @@ class RunLogger:
         os.replace(temp, self.metrics_path)
 
     def log(self, metrics: dict):
+        if self._first is None:
+            self._first = metrics["iteration"]
         clean = {k: _jsonable(v) for k, v in metrics.items()}
         with open(self.metrics_path, "a") as f:
             f.write(json.dumps(clean) + "\n")
@@ -113,25 +120,38 @@ class RunLogger:
         self.progress(clean)
 
     def progress(self, m: dict):
+        """A tqdm bar on a terminal (elapsed, ETA, smoothed steps/s); about twenty plain lines
+        in a log."""
         if self.quiet:
             return
         it = m["iteration"]
-        if not self._tty and it % max(1, self.total // 20) and it != self.total:
-            return  # in logs, about twenty lines per run
-        done = it / self.total
-        bar = "#" * int(20 * done) + "." * (20 - int(20 * done))
+        rate = m["env_steps_per_s"]
+        self._rate = rate if self._rate is None else 0.8 * self._rate + 0.2 * rate  # smoothed
         returns = " ".join(
             f"{key.split('/', 1)[1]}=" + ("n/a" if value is None else f"{value:.2f}")
             for key, value in m.items() if key.startswith("episode_return/"))
-        line = (f"[{bar}] {it}/{self.total} | {m['env_steps']:,} steps | "
-                f"{m['env_steps_per_s']:,.0f} steps/s | return {returns}")
-        end = "\r" if self._tty and it != self.total else "\n"
-        print(line, end=end, file=sys.stderr, flush=True)
+        status = f"{self._rate:,.0f} steps/s | return {returns}"
+        if self._tty:
+            if self._bar is None:
+                self._bar = tqdm(total=self.total, initial=it - 1, unit="it", file=sys.stderr,
+                                 dynamic_ncols=True, smoothing=0.2)
+            self._bar.set_postfix_str(status, refresh=False)
+            self._bar.update(it - self._bar.n)
+            return
+        if it % max(1, self.total // 20) and it != self.total:
+            return
+        elapsed = m["time_s"]
+        done = it - self._first + 1
+        eta = (self.total - it) * elapsed / max(1, done) if self._first is not None else 0.0
+        print(f"{it}/{self.total} | {m['env_steps']:,} steps | elapsed {elapsed:,.0f} s | "
+              f"ETA {eta:,.0f} s | {status}", file=sys.stderr, flush=True)
 
     def checkpoint(self, iteration: int, state: dict):
         checkpoint.save(self.checkpoint_dir, iteration, state)
 
     def close(self):
+        if self._bar is not None:
+            self._bar.close()
         if self.tensorboard is not None:
             self.tensorboard.close()
         self._lock.close()

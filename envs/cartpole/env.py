@@ -71,6 +71,12 @@ class CartPole(Env):
     reset_phases = (agent_phase(spawn),)
     step_phases = (agent_phase(physics),)
 
+    render_arrays = STATE
+
+    def draw(self, ax, frame):
+        from .render import draw
+        draw(ax, frame, self.config)
+
     def setup(self, config):
         self.num_agents = 1
         self.time_limit = config.max_episode_steps

@@ -8,31 +8,30 @@ from gpusim.config import EnvConfig, require
 
 @dataclass(frozen=True)
 class TagContinuousConfig(EnvConfig):
-    num_taggers: int = 10
-    num_runners: int = 100
-    tagger_ids: tuple[int, ...] | None = None
-    grid_length: float = 20.0
-    episode_length: int = 500
-    max_acceleration: float = 0.1
-    min_acceleration: float = -0.1
-    max_turn: float = 2.356
-    min_turn: float = -2.356
-    num_acceleration_levels: int = 20
-    num_turn_levels: int = 20
-    skill_level_tagger: float = 1.0
-    skill_level_runner: float = 1.0
-    max_speed: float = 1.0
-    num_other_agents_observed: int = 10
-    use_full_observation: bool = False
-    runner_exits_game_after_tagged: bool = True
-    tag_reward_for_tagger: float = 10.0
-    tag_penalty_for_runner: float = -10.0
-    step_penalty_for_tagger: float = 0.0
-    step_reward_for_runner: float = 0.0
-    edge_hit_penalty: float = 0.0
-    end_of_game_reward_for_runner: float = 1.0
-    tagging_distance: float = 0.02
-
+    num_taggers: int = 10                   # agents that chase
+    num_runners: int = 100                  # agents that flee
+    tagger_ids: tuple[int, ...] | None = None  # the taggers' agent ids (default: the first)
+    grid_length: float = 20.0               # side of the square arena
+    episode_length: int = 500               # steps before truncation
+    max_acceleration: float = 0.1           # largest acceleration action
+    min_acceleration: float = -0.1          # smallest acceleration action
+    max_turn: float = 2.356                 # largest turn action (radians)
+    min_turn: float = -2.356                # smallest turn action (radians)
+    num_acceleration_levels: int = 20       # acceleration choices besides the no-op
+    num_turn_levels: int = 20               # turn choices besides the no-op
+    skill_level_tagger: float = 1.0         # taggers' top speed, times max_speed
+    skill_level_runner: float = 1.0         # runners' top speed, times max_speed
+    max_speed: float = 1.0                  # top speed
+    num_other_agents_observed: int = 10     # neighbours in an observation (K)
+    use_full_observation: bool = False      # observe every other agent instead of K
+    runner_exits_game_after_tagged: bool = True # a tagged runner leaves the game
+    tag_reward_for_tagger: float = 10.0     # a tagger's reward per tag
+    tag_penalty_for_runner: float = -10.0   # a runner's reward when tagged
+    step_penalty_for_tagger: float = 0.0    # a tagger's reward every step
+    step_reward_for_runner: float = 0.0     # a runner's reward every step
+    edge_hit_penalty: float = 0.0           # reward for hitting the edge (<= 0)
+    end_of_game_reward_for_runner: float = 1.0 # a runner's reward for lasting the episode
+    tagging_distance: float = 0.02          # tag radius, as a fraction of grid_length
     @property
     def num_agents(self) -> int:
         return self.num_taggers + self.num_runners

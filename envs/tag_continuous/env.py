@@ -18,6 +18,7 @@ from gpusim.env import Env
 from gpusim.kernels import agent_phase, env_phase
 
 from .config import TagContinuousConfig
+from .measures import RunnerSurvival
 
 TWO_PI = np.float32(2 * np.pi)
 HALF_PI = np.float32(np.pi / 2)
@@ -286,6 +287,15 @@ class TagContinuous(Env):
                 "tagger_ids": np.asarray(c.tagger_id_list, dtype=np.int32),
                 "nbr_idx": np.full((self.num_envs, c.num_agents, c.num_other_agents_observed),
                                    -1, dtype=np.int32)}
+
+    render_arrays = ("loc_x", "loc_y", "direction", "still_in_game", "agent_type")
+
+    def draw(self, ax, frame):
+        from .render import draw
+        draw(ax, frame, self.config)
+
+    def episode_measures(self):
+        return RunnerSurvival(self)
 
     def check_state(self, state):
         if "agent_type" in state:

@@ -19,15 +19,14 @@ PENALTY_KEYS = ("wall_penalty", "tag_penalty", "step_penalty_tagger")
 
 @dataclass(frozen=True)
 class TagGridworldConfig(EnvConfig):
-    num_taggers: int = 3
-    grid_size: int = 11
-    episode_length: int = 100
-    wall_penalty: float = -0.1
-    tag_reward: float = 10.0
-    tag_penalty: float = -5.0
-    step_penalty_tagger: float = -0.01
-    step_reward_runner: float = 0.01
-
+    num_taggers: int = 3                    # taggers (the runner is one more agent)
+    grid_size: int = 11                     # cells per side
+    episode_length: int = 100               # steps before truncation
+    wall_penalty: float = -0.1              # reward for walking into a wall (<= 0)
+    tag_reward: float = 10.0                # every tagger's reward when the runner is tagged
+    tag_penalty: float = -5.0               # the runner's reward when tagged (<= 0)
+    step_penalty_tagger: float = -0.01      # taggers' reward every untagged step (<= 0)
+    step_reward_runner: float = 0.01        # the runner's reward every untagged step
     @property
     def num_agents(self) -> int:
         return self.num_taggers + 1

@@ -161,6 +161,12 @@ class TagGridworld(Env):
     step_phases = (agent_phase(move), env_phase(resolve), agent_phase(score),
                    agent_phase(observe))
 
+    render_arrays = ("pos_x", "pos_y")
+
+    def draw(self, ax, frame):
+        from .render import draw
+        draw(ax, frame, self.config)
+
     def setup(self, config):
         self.num_agents = config.num_agents
         self.time_limit = config.episode_length

@@ -207,12 +207,19 @@ def auto_reset(rollout, samples) -> str:
     """`samples`: the initial states, None where the seeding check was skipped."""
     constants = None if samples is None or samples.error is not None \
         else _initial_constants(samples)
+    ends = [r.finished for r in rollout.steps if r.finished is not None]
+    finished = sum(len(f.replicas) for f in ends)
+    if finished and all(kept for f in ends for kept in f.obs_kept):
+        # one fresh observation may equal the last one (small discrete observations);
+        # all of them never changing means the reset phases do not write obs
+        raise Failure(f"in all {finished} replicas that finished, the new observation equals "
+                      "its final one: the reset phases must draw a new initial state and "
+                      "write obs")
     for t, record in enumerate(rollout.steps):
         found = _flag_problem(t, record) or _restart_problem(t, record.finished, constants)
         if found:
             raise Failure(found)
     _fail_if_stopped(rollout)
-    finished = sum(len(r.finished.replicas) for r in rollout.steps if r.finished is not None)
     if finished == 0:
         raise Failure(f"no replica finished in {rollout.num_steps} steps, so auto-reset was "
                       "not exercised: pass a larger steps= (or a config with shorter episodes)")
@@ -236,10 +243,6 @@ def _restart_problem(t, finished, constants):
     """What is wrong with the replicas that finished at step t, right after their auto-reset."""
     if finished is None:
         return None
-    for e, kept in zip(finished.replicas, finished.obs_kept):
-        if kept:
-            return (f"at step {t}, replica {e} finished but its new observation equals its "
-                    "final one: the reset phases must draw a new initial state and write obs")
     for name, (same, value) in (constants or {}).items():
         for j, e in enumerate(finished.replicas):
             wrong = same & (finished.rows[name][j] != value)

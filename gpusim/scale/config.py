@@ -18,11 +18,12 @@ class ScaleConfig:
                                      # num_envs, then rollout_len, that fit
     saturation: float = 0.05         # throughput: stop doubling num_envs (or minibatch rows)
                                      # once a doubling gains less than this
-    memory_budget: str | None = None  # e.g. "2GiB" per process; default below
+    memory_budget: str | None = None  # per process, e.g. "2GiB" (default: free GPU memory,
+                                      # or cpu_memory_fraction of free RAM)
     cpu_memory_fraction: float = 0.5  # default CPU budget: this share of free RAM
     headroom: float = 0.1            # share of the budget no trial may use
-    max_num_envs: int = 65536
-    max_rollout_len: int = 1024
+    max_num_envs: int = 65536        # the largest num_envs a search tries
+    max_rollout_len: int = 1024      # the largest rollout_len a search tries
     min_rollout_len: int = 32        # the learning floor (GAE needs a horizon), capped at the
                                      # env's time limit; memory: halve num_envs until it fits
     trial_iterations: int = 2        # throughput: timed training iterations per trial

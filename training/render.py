@@ -1,0 +1,128 @@
+"""Watch episodes: `python -m gpusim.render RUN_DIR_OR_ENV --episodes 1 --out episode.gif`.
+
+From a run directory the run's trained policies act (its latest checkpoint);
+from an env name (or `module:Class`) every policy acts uniformly at random.
+One replica is recorded: each step copies the arrays a frame needs
+(`env.render_arrays`) into buffers on the device, and they come to the host
+once, at the end. The env draws a frame (`env.draw(ax, frame)`); matplotlib
+writes the animation headless (GIF with Pillow; MP4 needs ffmpeg). A frame
+shows the state before a step, so an episode's last frame is the state
+before its final step (the auto-reset has already replaced the final state).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+from gpusim.envs import env_class
+from gpusim.errors import GpusimError
+from gpusim.sampler import ActionSampler
+
+from .config import load_run_dir_config
+from .evaluate import load_policies
+
+
+@torch.no_grad()
+def record(env, models: dict, episodes: int = 1, replica: int = 0, max_steps: int = 10_000,
+           every: int = 1) -> list:
+    """Frames (dicts of numpy arrays) of `episodes` episodes of one replica."""
+    if not env.render_arrays:
+        raise GpusimError(f"env {env.name} cannot be rendered (it names no render_arrays)")
+    if not 0 <= replica < env.num_envs:
+        raise GpusimError(f"--replica must lie in 0..{env.num_envs - 1}, got {replica}")
+    sampler = ActionSampler(env)
+    probs = torch.ones((env.num_envs, env.num_agents, sum(env.action_nvec)), device=env.device)
+    index = {name: torch.tensor(ids, device=env.device) for name, ids in env.policies.items()}
+    names = env.render_arrays
+    frames = {n: torch.empty((max_steps,) + tuple(env.arrays[n].shape[1:]),
+                             dtype=env.arrays[n].dtype, device=env.device) for n in names}
+    ended = torch.zeros(max_steps, dtype=torch.bool, device=env.device)
+    obs = env.reset()
+    steps = 0
+    finished = 0
+    while finished < episodes and steps < max_steps:
+        for n in names:
+            frames[n][steps].copy_(env.arrays[n][replica])
+        for name, model in models.items():
+            probs[:, index[name]] = torch.cat(model.log_probs(obs[:, index[name]]), -1).exp()
+        obs, _, terminated, truncated, _ = env.step(sampler.sample(probs))
+        ended[steps] = terminated[replica] | truncated[replica]
+        steps += 1
+        if steps % 64 == 0 or steps == max_steps:  # a host read now and then, not per step
+            finished = int(ended[:steps].sum())
+    finished_at = ended[:steps].nonzero().flatten().tolist()
+    last = finished_at[episodes - 1] + 1 if len(finished_at) >= episodes else steps
+    host = {n: frames[n][:last:every].cpu().numpy() for n in names}  # the one copy
+    return [{n: host[n][k] for n in names} for k in range(len(host[names[0]]))]
+
+
+def write_animation(env, frames: list, out: Path, fps: int = 20, every: int = 1):
+    """Draw every frame with `env.draw` and write a GIF or MP4, headless."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib import animation
+    except ImportError:
+        raise GpusimError("rendering needs matplotlib: pip install 'gpusim[plot]'") from None
+    suffix = Path(out).suffix.lower()
+    if suffix not in (".gif", ".mp4"):
+        raise GpusimError(f"--out must end in .gif or .mp4, got {out}")
+    if suffix == ".mp4" and not animation.FFMpegWriter.isAvailable():
+        raise GpusimError("writing MP4 needs ffmpeg on PATH; write a .gif instead")
+    fig, ax = plt.subplots(figsize=(4, 4), dpi=72)
+
+    def draw(k):
+        ax.clear()
+        env.draw(ax, frames[k])
+        ax.set_title(f"{env.name}  step {k * every}", fontsize=9)
+    movie = animation.FuncAnimation(fig, draw, frames=len(frames))
+    writer = animation.PillowWriter(fps=fps) if suffix == ".gif" else \
+        animation.FFMpegWriter(fps=fps)
+    movie.save(out, writer=writer)
+    plt.close(fig)
+
+
+def render(source: str, out, episodes: int = 1, replica: int = 0, seed: int = 0,
+           every: int = 1, max_steps: int = 10_000) -> int:
+    """Render episodes of a run (trained policies) or an env (random policies); frame count."""
+    path = Path(source)
+    if (path / "config.yaml").is_file():
+        cls, config = load_run_dir_config(path)
+        env = cls(num_envs=replica + 1, backend="cpu", seed=seed, config=config.env)
+        models = load_policies(path, env)
+    else:
+        cls = env_class(source)
+        env = cls(num_envs=replica + 1, backend="cpu", seed=seed)
+        models = {}
+    frames = record(env, models, episodes, replica, max_steps, every)
+    write_animation(env, frames, Path(out), every=every)
+    return len(frames)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gpusim.render",
+                                     description=__doc__.split("\n")[0])
+    parser.add_argument("source", help="a run directory (trained policies) or an env name "
+                                       "or module:Class (random policies)")
+    parser.add_argument("--out", default="episode.gif", help="episode.gif or episode.mp4")
+    parser.add_argument("--episodes", type=int, default=1)
+    parser.add_argument("--replica", type=int, default=0, help="which replica to record")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--every", type=int, default=1, help="keep every n-th frame")
+    parser.add_argument("--max_steps", type=int, default=10_000)
+    args = parser.parse_args(argv)
+    try:
+        for key in ("episodes", "every", "max_steps"):
+            if getattr(args, key) < 1:
+                raise GpusimError(f"--{key} must be at least 1")
+        count = render(args.source, args.out, args.episodes, args.replica, args.seed,
+                       args.every, args.max_steps)
+    except GpusimError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    print(f"{args.out}: {count} frames")
+    return 0

@@ -17,4 +17,4 @@ def draw(ax, frame, config):
     ax.set_xticks([])
     ax.set_yticks([])
     ax.text(0.01 * length, 0.96 * length, f"runners left {int((~tagger & in_game).sum())}",
-            fontsize=8)
+            fontsize=8, bbox=dict(facecolor="white", alpha=0.8, linewidth=0))

@@ -157,6 +157,17 @@ def test_crash_mid_checkpoint_keeps_the_previous_one(tmp_path, monkeypatch):
     assert checkpoint.load_latest(directory)["iteration"] == 1
 
 
+def test_a_saved_config_reruns_alone_and_rounding_is_said(tmp_path, capsys):
+    assert run_cli(tmp_path / "first", "--total_steps", str(256 * 2)) == 0
+    saved = only_run(tmp_path / "first") / "config.yaml"
+    capsys.readouterr()
+    assert train.main(["--config", str(saved), "--results_dir", str(tmp_path / "again"),
+                       "--total_steps", "600", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "total_steps 600 is not a whole number of iterations: running 512 env steps" in out
+    assert metrics_of(only_run(tmp_path / "again"))[-1]["env_steps"] == 512
+
+
 def test_user_env_by_module_path(tmp_path):
     assert train.main(["--env", "gpusim.envs.cartpole.env:CartPole", "--backend", "cpu",
                        "--num_envs", "4", "--rollout_len", "16", "--total_steps", "64",

@@ -56,22 +56,39 @@ def load_policies(run_dir, env) -> dict:
     return models
 
 
+class Actors:
+    """Every agent's actions: drawn from its policy's model, or uniformly at random where
+    the policy has none (one sampler launch for all agents)."""
+
+    def __init__(self, env, models: dict):
+        self.models = models
+        self.sampler = ActionSampler(env)
+        self.probs = torch.ones((env.num_envs, env.num_agents, sum(env.action_nvec)),
+                                device=env.device)
+        self.index = {name: torch.tensor(ids, device=env.device)
+                      for name, ids in env.policies.items()}
+
+    @torch.no_grad()
+    def __call__(self, obs: torch.Tensor, argmax: bool = False) -> torch.Tensor:
+        for name, model in self.models.items():
+            rows = self.index[name]
+            self.probs[:, rows] = torch.cat(model.log_probs(obs[:, rows]), -1).exp()
+        return self.sampler.sample(self.probs, argmax=argmax)
+
+
 @torch.no_grad()
 def play(env, models: dict, num_episodes: int, argmax: bool = False) -> dict:
     """Full episodes with `models` (policy name -> model; a policy without one acts
     uniformly at random): per policy the list of episode returns (the mean over its
     agents), and the env's own measures (`env.episode_measures()`), per episode."""
-    sampler = ActionSampler(env)
-    probs = torch.ones((env.num_envs, env.num_agents, sum(env.action_nvec)), device=env.device)
-    index = {name: torch.tensor(ids, device=env.device) for name, ids in env.policies.items()}
+    actors = Actors(env, models)
+    index = actors.index
     measures = env.episode_measures()
     obs = env.reset()
     running = torch.zeros((env.num_envs, env.num_agents), device=env.device)
     returns = {name: [] for name in env.policies}
     while len(next(iter(returns.values()))) < num_episodes:
-        for name, model in models.items():
-            probs[:, index[name]] = torch.cat(model.log_probs(obs[:, index[name]]), -1).exp()
-        obs, reward, terminated, truncated, _ = env.step(sampler.sample(probs, argmax=argmax))
+        obs, reward, terminated, truncated, _ = env.step(actors(obs, argmax))
         running += reward
         done = terminated | truncated
         if measures is not None:

@@ -19,10 +19,8 @@ import torch
 
 from gpusim.envs import env_class
 from gpusim.errors import GpusimError
-from gpusim.sampler import ActionSampler
-
 from .config import load_run_dir_config
-from .evaluate import load_policies
+from .evaluate import Actors, load_policies
 
 
 @torch.no_grad()
@@ -33,9 +31,7 @@ def record(env, models: dict, episodes: int = 1, replica: int = 0, max_steps: in
         raise GpusimError(f"env {env.name} cannot be rendered (it names no render_arrays)")
     if not 0 <= replica < env.num_envs:
         raise GpusimError(f"--replica must lie in 0..{env.num_envs - 1}, got {replica}")
-    sampler = ActionSampler(env)
-    probs = torch.ones((env.num_envs, env.num_agents, sum(env.action_nvec)), device=env.device)
-    index = {name: torch.tensor(ids, device=env.device) for name, ids in env.policies.items()}
+    actors = Actors(env, models)
     names = env.render_arrays
     frames = {n: torch.empty((max_steps,) + tuple(env.arrays[n].shape[1:]),
                              dtype=env.arrays[n].dtype, device=env.device) for n in names}
@@ -46,9 +42,7 @@ def record(env, models: dict, episodes: int = 1, replica: int = 0, max_steps: in
     while finished < episodes and steps < max_steps:
         for n in names:
             frames[n][steps].copy_(env.arrays[n][replica])
-        for name, model in models.items():
-            probs[:, index[name]] = torch.cat(model.log_probs(obs[:, index[name]]), -1).exp()
-        obs, _, terminated, truncated, _ = env.step(sampler.sample(probs))
+        obs, _, terminated, truncated, _ = env.step(actors(obs))
         ended[steps] = terminated[replica] | truncated[replica]
         steps += 1
         if steps % 64 == 0 or steps == max_steps:  # a host read now and then, not per step

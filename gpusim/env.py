@@ -2,15 +2,23 @@
 
 An environment subclasses `Env` and declares (see envs/tag_continuous/env.py):
 - `name`, `config_class` (a config dataclass with a `load` classmethod);
-- `setup(config)`: sets `num_agents`, `obs_dim`, `action_nvec`, `policies`,
-  and `time_limit` when episodes are truncated only on reaching that many
-  steps (trainers then bootstrap truncations in batches instead of every step);
+- `setup(config)`: sets `num_agents`, `obs_dim`, `action_nvec` (discrete
+  actions) or `action_box` (continuous ones, a `gpusim.spaces.Box`),
+  `policies` (name -> agent ids), optionally `policy_obs_dim` and
+  `policy_actions` for policies that observe or act differently (see
+  gpusim.spaces), and `time_limit` when episodes are truncated only on
+  reaching that many steps (trainers then bootstrap truncations in batches
+  instead of every step);
 - `array_specs()`: its named arrays (state and scratch);
 - `params()`: its scalar parameters, as numpy scalars;
 - `initial_values()`: constant tables and other arrays to fill once;
 - `reset_phases` and `step_phases`: portable phases (see gpusim.kernels).
-Step phases write `obs`, `reward`, `terminated` and `truncated`; reset
-phases draw one replica's initial state from its RNG streams and write `obs`.
+Step phases read `actions` (int32) or `continuous_actions` (float32, already
+clipped to the bounds) and write `obs`, `reward`, `terminated` and
+`truncated`; reset phases draw one replica's initial state from its RNG
+streams and write `obs`. An env whose agents can finish before their replica
+does (per-agent done) names, in `agent_active_array`, an agent-scope state
+array that its phases keep nonzero while the agent is in its episode.
 
 The wrapper adds the arrays every env has, compiles one reset kernel and one
 step kernel (step phases, then a guarded section that saves `final_obs` and
@@ -26,7 +34,7 @@ import numba
 import numpy as np
 import torch
 
-from gpusim import rng
+from gpusim import rng, spaces
 from gpusim.arrays import ArraySpec, DeviceArrays, namedtuple_type
 from gpusim.backends import Backend, get_backend
 from gpusim.errors import ArrayError, ConfigError, GpusimError
@@ -56,6 +64,18 @@ def replica_done(env, s, p):
 
 
 @numba.jit(nopython=True)
+def clip_continuous_actions(env, agent, s, p):
+    """Each continuous action into its agent's bounds (NaN, which compares false, to low)."""
+    for k in range(s.continuous_actions.shape[2]):
+        value = s.continuous_actions[env, agent, k]
+        if not value >= s.action_low[agent, k]:
+            value = s.action_low[agent, k]
+        elif value > s.action_high[agent, k]:
+            value = s.action_high[agent, k]
+        s.continuous_actions[env, agent, k] = value
+
+
+@numba.jit(nopython=True)
 def save_final_obs(env, agent, s, p):
     for k in range(s.obs.shape[2]):
         s.final_obs[env, agent, k] = s.obs[env, agent, k]
@@ -75,8 +95,12 @@ class Env:
     # set by setup()
     num_agents: int
     obs_dim: int
-    action_nvec: tuple
+    action_nvec: tuple = ()  # discrete actions: choices per component
+    action_box: spaces.Box | None = None  # or continuous ones
     policies: dict
+    policy_obs_dim: dict | None = None  # policies that observe fewer entries (gpusim.spaces)
+    policy_actions: dict | None = None  # policies that act differently
+    agent_active_array: str | None = None  # per-agent done: nonzero while the agent plays
     time_limit: int | None = None  # None: an episode may be truncated at any step
     nonnegative_state: tuple = ("timestep",)  # state arrays set_state refuses below 0
     render_arrays: tuple = ()  # the arrays a rendered frame needs (gpusim.render); see draw
@@ -87,6 +111,11 @@ class Env:
             raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
         self.config = config if config is not None else self.config_class.load()
         self.setup(self.config)
+        self.policy_specs = spaces.resolve(self)
+        self.action_nvec = next((p.actions for p in self.policy_specs.values()
+                                 if not p.continuous), ())
+        self.continuous_dim = max((p.action_width for p in self.policy_specs.values()
+                                   if p.continuous), default=0)
         self.backend = backend if isinstance(backend, Backend) else get_backend(backend)
         self.backend.check_num_agents(self.num_agents)
         self.num_envs = num_envs
@@ -99,7 +128,7 @@ class Env:
         self.backend.check_fits(f"the arrays of {num_envs:,} {self.name} replicas",
                                 DeviceArrays.nbytes(specs, num_envs, self.num_agents))
         self.arrays = DeviceArrays(specs, num_envs, self.num_agents, self.backend)
-        for name, value in self.initial_values().items():
+        for name, value in {**self._action_bounds(), **self.initial_values()}.items():
             self.arrays.write(name, value)
         self.arrays["rng_state"].copy_(rng.seed_streams(num_envs, self.num_agents, self.seed,
                                                          self.env_offset))
@@ -107,6 +136,8 @@ class Env:
         self._params = namedtuple_type("Params", tuple(params))(**params)
         self._nvec = torch.tensor(self.action_nvec, dtype=torch.int32, device=self.device)
         self._max_action = self._nvec - 1
+        self._policy_index = {name: torch.tensor(p.agent_ids, device=self.device)
+                              for name, p in self.policy_specs.items()}
         views = self.arrays.views
         self._reset_kernel = self.backend.compile(self.reset_kernel_spec(), views, self._params)
         self._step_kernel = self.backend.compile(self.step_kernel_spec(), views, self._params)
@@ -145,11 +176,12 @@ class Env:
         return KernelSpec.of(f"{cls.name}.reset", *cls.reset_phases, cuda_c=cls.cuda_c_reset,
                              cuda_c_dir=cls._kernel_dir("cuda_c_reset"))
 
-    @classmethod
-    def step_kernel_spec(cls) -> KernelSpec:
+    def step_kernel_spec(self) -> KernelSpec:
+        cls = type(self)
         auto_reset = Section((agent_phase(save_final_obs),) + tuple(cls.reset_phases),
                              guard=replica_done)
-        return KernelSpec.of(f"{cls.name}.step", *cls.step_phases, auto_reset,
+        clip = (agent_phase(clip_continuous_actions),) if self.continuous_dim else ()
+        return KernelSpec.of(f"{cls.name}.step", *clip, *cls.step_phases, auto_reset,
                              cuda_c=cls.cuda_c_step, cuda_c_dir=cls._kernel_dir("cuda_c_step"))
 
     @classmethod
@@ -163,7 +195,6 @@ class Env:
             return None
 
     def _all_specs(self) -> dict:
-        n_act = len(self.action_nvec)
         common = {
             "obs": ArraySpec(torch.float32, (self.obs_dim,)),
             "final_obs": ArraySpec(torch.float32, (self.obs_dim,)),
@@ -171,14 +202,37 @@ class Env:
             "terminated": ArraySpec(torch.bool, scope="env"),
             "truncated": ArraySpec(torch.bool, scope="env"),
             "reset_mask": ArraySpec(torch.bool, scope="env"),
-            "actions": ArraySpec(torch.int32, (n_act,)),
             "rng_state": ArraySpec(torch.uint64, (2,)),
         }
+        if self.action_nvec:
+            common["actions"] = ArraySpec(torch.int32, (len(self.action_nvec),))
+        if self.continuous_dim:  # bounds per agent, as policies may differ
+            bounds = ArraySpec(torch.float32, (self.num_agents, self.continuous_dim),
+                               scope="global")
+            common.update(continuous_actions=ArraySpec(torch.float32, (self.continuous_dim,)),
+                          action_low=bounds, action_high=bounds)
         own = self.array_specs()
         clash = set(common) & set(own)
         if clash:
             raise ArrayError(f"env arrays {sorted(clash)} clash with gpusim's own names")
+        active = self.agent_active_array
+        if active is not None and (active not in own or own[active].scope != "agent"
+                                   or not own[active].state):
+            raise ArrayError(f"agent_active_array {active!r} must name an agent-scope state "
+                             "array of the env")
         return {**common, **own}
+
+    def _action_bounds(self) -> dict:
+        """action_low / action_high per agent (zeros where an agent acts discretely)."""
+        if not self.continuous_dim:
+            return {}
+        low = np.zeros((self.num_agents, self.continuous_dim), dtype=np.float32)
+        high = np.zeros_like(low)
+        for p in self.policy_specs.values():
+            if p.continuous:
+                low[list(p.agent_ids), :p.action_width] = p.actions.low
+                high[list(p.agent_ids), :p.action_width] = p.actions.high
+        return {"action_low": low, "action_high": high}
 
     # ---- the API ---------------------------------------------------------------
     @property
@@ -188,16 +242,30 @@ class Env:
     @property
     def observation_space(self) -> dict:
         """Per policy, the gymnasium space of one agent's observation (float32 Box)."""
-        spaces = _gymnasium_spaces()
-        box = spaces.Box(-np.inf, np.inf, (self.obs_dim,), np.float32)
-        return {name: box for name in self.policies}
+        gym = _gymnasium_spaces()
+        return {name: gym.Box(-np.inf, np.inf, (p.obs_dim,), np.float32)
+                for name, p in self.policy_specs.items()}
 
     @property
     def action_space(self) -> dict:
-        """Per policy, the gymnasium space of one agent's action (MultiDiscrete)."""
-        spaces = _gymnasium_spaces()
-        return {name: spaces.MultiDiscrete(np.asarray(self.action_nvec, dtype=np.int64))
-                for name in self.policies}
+        """Per policy, the gymnasium space of one agent's action (MultiDiscrete or Box)."""
+        gym = _gymnasium_spaces()
+        return {name: gym.Box(np.float32(p.actions.low), np.float32(p.actions.high),
+                              dtype=np.float32) if p.continuous
+                else gym.MultiDiscrete(np.asarray(p.actions, dtype=np.int64))
+                for name, p in self.policy_specs.items()}
+
+    @property
+    def mixed_actions(self) -> bool:
+        """Whether some policies act discretely and others continuously."""
+        return bool(self.action_nvec) and bool(self.continuous_dim)
+
+    def agent_active(self) -> torch.Tensor | None:
+        """(num_envs, num_agents) bool: which agents are still in their episode, or None
+        when the env has no per-agent done (every agent plays until its replica ends)."""
+        if self.agent_active_array is None:
+            return None
+        return self.arrays[self.agent_active_array] != 0
 
     @property
     def rng_state(self) -> torch.Tensor:
@@ -218,8 +286,13 @@ class Env:
         self._launch(self._reset_kernel)
         return self.arrays["obs"]
 
-    def step(self, actions: torch.Tensor):
+    def step(self, actions):
         """Advance every replica one step; finished replicas are reset automatically.
+
+        `actions`: a tensor (num_envs, num_agents, width) of every agent's
+        actions, integers for discrete envs and floats for continuous ones;
+        or a dict policy name -> (num_envs, that policy's agents, its width),
+        in the order of its `agent_ids` (needed when policies act differently).
 
         Returns (obs, reward, terminated, truncated, info), all tensors on
         `env.device`. They are the env's own buffers, overwritten by the next
@@ -270,25 +343,67 @@ class Env:
         kernel(self.num_envs, self.num_agents, self.arrays.views, self._params)
 
     def _write_actions(self, actions):
-        expected = (self.num_envs, self.num_agents, len(self.action_nvec))
-        if not isinstance(actions, torch.Tensor):
-            if isinstance(actions, np.ndarray):
-                actions = torch.from_numpy(actions)
+        if isinstance(actions, dict):
+            self._write_policy_actions(actions)
+            return
+        if self.mixed_actions:
+            raise ArrayError(f"{self.name}'s policies act both discretely and continuously: "
+                             "pass actions as a dict policy name -> tensor")
+        actions = _as_tensor(actions, "actions")
+        if self.continuous_dim:
+            self._write_continuous(actions, slice(None), "actions",
+                                   (self.num_envs, self.num_agents, self.continuous_dim))
+        else:
+            self._write_discrete(actions, slice(None), "actions",
+                                 (self.num_envs, self.num_agents, len(self.action_nvec)))
+
+    def _write_policy_actions(self, actions: dict):
+        if set(actions) != set(self.policy_specs):
+            raise ArrayError(f"actions must hold one tensor per policy "
+                             f"({', '.join(self.policy_specs)}), got {', '.join(map(str, actions))}")
+        for name, value in actions.items():
+            spec, what = self.policy_specs[name], f"actions[{name!r}]"
+            shape = (self.num_envs, spec.num_agents, spec.action_width)
+            value = _as_tensor(value, what)
+            if spec.continuous:
+                self._write_continuous(value, self._policy_index[name], what, shape)
             else:
-                raise ArrayError(f"actions must be a torch tensor, got {type(actions).__name__}")
-        if actions.dtype.is_floating_point or actions.dtype.is_complex or actions.dtype == torch.bool:
-            raise ArrayError(f"actions must have an integer dtype, got {actions.dtype}")
+                self._write_discrete(value, self._policy_index[name], what, shape)
+
+    def _write_continuous(self, actions, agents, what, expected):
+        if not actions.dtype.is_floating_point:
+            raise ArrayError(f"{what} are continuous: they must have a float dtype, "
+                             f"got {actions.dtype}")
         if tuple(actions.shape) != expected:
-            raise ArrayError(f"actions must have shape {expected} "
-                             f"(num_envs, num_agents, len(action_nvec)), got {tuple(actions.shape)}")
-        buffer = self.arrays["actions"]
+            raise ArrayError(f"{what} must have shape {expected}, got {tuple(actions.shape)}")
+        if self.check_actions and not bool(torch.isfinite(actions).all()):
+            e, i, c = (int(v) for v in (~torch.isfinite(actions)).nonzero()[0])
+            raise ArrayError(f"action is not finite: {what}[{e}, {i}, {c}] = "
+                             f"{float(actions[e, i, c])}")
+        # out of bounds is allowed: the step kernel clips into the bounds
+        self.arrays["continuous_actions"][:, agents, :expected[2]] = actions
+
+    def _write_discrete(self, actions, agents, what, expected):
+        if actions.dtype.is_floating_point or actions.dtype.is_complex or actions.dtype == torch.bool:
+            raise ArrayError(f"{what} must have an integer dtype, got {actions.dtype}")
+        if tuple(actions.shape) != expected:
+            raise ArrayError(f"{what} must have shape {expected} "
+                             f"(num_envs, agents, len(action_nvec)), got {tuple(actions.shape)}")
+        if isinstance(agents, slice):
+            self._check_or_clamp(actions, self.arrays["actions"], what)
+            return
+        some = torch.empty(expected, dtype=torch.int32, device=self.device)  # a policy's agents
+        self._check_or_clamp(actions, some, what)
+        self.arrays["actions"][:, agents] = some
+
+    def _check_or_clamp(self, actions, buffer, what):
         if self.check_actions:  # in the given dtype: an int64 2**32 + 1 must not wrap to 1
             nvec = self._nvec.to(actions.device)
             bad = (actions < 0) | (actions >= nvec)
             if bool(bad.any()):
                 e, i, c = (int(v) for v in bad.nonzero()[0])
                 raise ArrayError(
-                    f"action out of range: actions[{e}, {i}, {c}] = {int(actions[e, i, c])}, "
+                    f"action out of range: {what}[{e}, {i}, {c}] = {int(actions[e, i, c])}, "
                     f"component {c} takes 0..{self.action_nvec[c] - 1}")
             buffer.copy_(actions)
             return
@@ -301,3 +416,11 @@ class Env:
     def __repr__(self):
         return (f"<{type(self).__name__} num_envs={self.num_envs} num_agents={self.num_agents} "
                 f"backend={self.backend.name} device={self.device}>")
+
+
+def _as_tensor(actions, what: str) -> torch.Tensor:
+    if isinstance(actions, np.ndarray):
+        return torch.from_numpy(actions)
+    if not isinstance(actions, torch.Tensor):
+        raise ArrayError(f"{what} must be a torch tensor, got {type(actions).__name__}")
+    return actions

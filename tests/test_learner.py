@@ -31,7 +31,7 @@ def gradients_of_one_step(trainer, rows=None):
     step = group.optimizer.step
     group.optimizer.step = lambda: None
     try:
-        index = torch.arange(trainer.buffer.rewards[:, :, group.agents].numel())
+        index = torch.arange(group.buffer.rewards.numel())
         advantages = torch.linspace(-1, 1, index.numel())
         returns = torch.linspace(0, 2, index.numel())
         stats = trainer._minibatch_step(group, index, advantages, returns)
@@ -72,7 +72,8 @@ def test_bf16_autocast_gradients_agree_with_fp32():
     fp32.collect()
     bf16 = cartpole_trainer(precision="bf16", algorithm="a2c", update_epochs=1,
                             num_minibatches=1)
-    bf16.buffer = fp32.buffer  # the same rollout; the models start from the same seed
+    bf16.groups[0].buffer = fp32.groups[0].buffer  # the same rollout; the models
+                                                   # start from the same seed
     for a, b in zip(fp32.groups[0].model.parameters(), bf16.groups[0].model.parameters()):
         assert torch.equal(a, b)
     want, _ = gradients_of_one_step(fp32)
@@ -134,7 +135,8 @@ def test_batched_truncation_bootstrap_equals_a_per_step_one(name, env):
     trainers[1].bootstrap.interval = 1
     for trainer in trainers:
         trainer.collect()
-    batched, per_step, raw = (t.buffer.rewards for t in trainers)
+    batched, per_step, raw = (torch.cat([g.buffer.rewards for g in t.groups], -1)
+                              for t in trainers)
     torch.testing.assert_close(batched, per_step, rtol=1e-6, atol=1e-6)
     # with gamma 0 nothing is added: the env's own rewards, so truncations did happen
     bootstrapped = (batched != raw).any(-1)

@@ -45,6 +45,8 @@ class TrainerConfig:
     ent_coef: float = 0.01         # weight of the entropy bonus
     max_grad_norm: float = 0.5     # gradient-norm clipping
     norm_adv: bool = True          # normalise advantages per minibatch
+    reward_scale: float = 1.0      # rewards are multiplied by this for learning (returns are
+                                   # logged unscaled): keeps value targets near 1 in size
     max_minibatch_rows: int = 65536  # rows per forward/backward chunk of a minibatch: bounds
                                      # activation memory; chunk gradients are accumulated
     precision: str = "auto"        # auto (bf16 on a CUDA GPU, fp32 on the CPU) | fp32 | tf32 | bf16
@@ -70,6 +72,7 @@ class TrainerConfig:
         require(self.final_eval_episodes == 0 or self.final_eval_episodes >= 2,
                 "trainer.final_eval_episodes", "must be 0 (none) or at least 2")
         require(self.lr > 0, "trainer.lr", "must be positive")
+        require(self.reward_scale > 0, "trainer.reward_scale", "must be positive")
         require(0 <= self.gamma <= 1, "trainer.gamma", "must lie in [0, 1]")
         require(0 <= self.gae_lambda <= 1, "trainer.gae_lambda", "must lie in [0, 1]")
         require(self.clip_coef > 0, "trainer.clip_coef", "must be positive")
@@ -95,6 +98,9 @@ class TrainerConfig:
 class PolicyConfig:
     hidden_sizes: tuple[int, ...] = (64, 64)  # the actor's and the critic's hidden layers
     activation: str = "tanh"                  # tanh | relu
+    state_dependent_std: bool = False         # continuous actions: the log-std is an output
+                                              # of the actor (else one learned parameter)
+    log_std_init: float = 0.0                 # continuous actions: the initial log-std
 
     def check(self):
         require(len(self.hidden_sizes) >= 1 and all(h >= 1 for h in self.hidden_sizes),

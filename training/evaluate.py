@@ -27,7 +27,7 @@ from gpusim.sampler import ActionSampler
 
 from . import checkpoint
 from .config import load_run_dir_config
-from .models import ActorCritic
+from .models import make_model
 
 Z95 = 1.96  # normal quantile of a two-sided 95% interval
 
@@ -48,9 +48,8 @@ def load_policies(run_dir, env) -> dict:
     state = checkpoint.load_latest(Path(run_dir) / "checkpoints")
     _, config = load_run_dir_config(run_dir)
     models = {}
-    for name in env.policies:
-        model = ActorCritic(env.obs_dim, env.action_nvec, config.policy.hidden_sizes,
-                            config.policy.activation).to(env.device)
+    for name, spec in env.policy_specs.items():
+        model = make_model(spec, config.policy).to(env.device)
         model.load_state_dict(state["models"][name])
         models[name] = model.eval()
     return models
@@ -58,22 +57,48 @@ def load_policies(run_dir, env) -> dict:
 
 class Actors:
     """Every agent's actions: drawn from its policy's model, or uniformly at random where
-    the policy has none (one sampler launch for all agents)."""
+    the policy has none. Discrete actions come from one sampler launch for all agents;
+    with `argmax`, trained policies act greedily (the most likely choice, the Gaussian's
+    mean). Returns what env.step takes."""
 
     def __init__(self, env, models: dict):
+        self.env = env
         self.models = models
-        self.sampler = ActionSampler(env)
-        self.probs = torch.ones((env.num_envs, env.num_agents, sum(env.action_nvec)),
-                                device=env.device)
-        self.index = {name: torch.tensor(ids, device=env.device)
-                      for name, ids in env.policies.items()}
+        self.specs = env.policy_specs
+        self.sampler = ActionSampler(env) if env.action_nvec else None
+        if self.sampler is not None:
+            self.probs = torch.ones((env.num_envs, env.num_agents, sum(env.action_nvec)),
+                                    device=env.device)
+        self.index = {name: torch.tensor(spec.agent_ids, device=env.device)
+                      for name, spec in self.specs.items()}
 
     @torch.no_grad()
-    def __call__(self, obs: torch.Tensor, argmax: bool = False) -> torch.Tensor:
-        for name, model in self.models.items():
-            rows = self.index[name]
-            self.probs[:, rows] = torch.cat(model.log_probs(obs[:, rows]), -1).exp()
-        return self.sampler.sample(self.probs, argmax=argmax)
+    def __call__(self, obs: torch.Tensor, argmax: bool = False):
+        actions = {}
+        for name, spec in self.specs.items():
+            rows, model = self.index[name], self.models.get(name)
+            own = obs[:, rows, :spec.obs_dim]
+            if spec.continuous:
+                actions[name] = self._continuous(spec, model, own, argmax)
+            elif model is not None:
+                self.probs[:, rows] = torch.cat(model.log_probs(own), -1).exp()
+        if self.sampler is None:
+            return actions
+        chosen = self.sampler.sample(self.probs, argmax=argmax)
+        if not self.env.continuous_dim:
+            return chosen
+        actions.update({name: chosen[:, self.index[name]] for name, spec in self.specs.items()
+                        if not spec.continuous})
+        return actions
+
+    def _continuous(self, spec, model, obs, argmax):
+        if model is None:  # uniform within the bounds
+            low = torch.tensor(spec.actions.low, device=obs.device)
+            high = torch.tensor(spec.actions.high, device=obs.device)
+            return low + torch.rand(obs.shape[:2] + (spec.action_width,),
+                                    device=obs.device) * (high - low)
+        raw, _, _ = model.act(obs, deterministic=argmax)
+        return model.squash(raw)
 
 
 @torch.no_grad()

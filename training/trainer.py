@@ -4,8 +4,13 @@ Read top to bottom: `Trainer.train` alternates `collect` (a rollout of
 `rollout_len` steps over all replicas, under no_grad, actions sampled on the
 device, no host sync per step) and `update` (per policy: GAE, then epochs of
 shuffled minibatches of the clipped PPO loss). Each policy in `env.policies`
-has its own model and optimizer, shared by all of its agents, and runs on
-all of them across all replicas in one call.
+has its own model, optimizer and rollout buffer, sized by its own
+observation and action space (policies may differ: see gpusim.spaces); its
+model is shared by all of its agents and runs on all of them across all
+replicas in one call. Discrete actions are drawn by gpusim's sampler kernel
+(one launch for every agent), continuous ones by the Gaussian head itself.
+In envs with per-agent done, an agent's steps after it finished (before its
+replica resets) are neither bootstrapped across nor trained on.
 
 The learner runs at the device's speed (see `acceleration`): bf16 autocast
 and torch.compile where they work, and minibatches split into chunks of at
@@ -41,7 +46,7 @@ from gpusim.scale.device import DeviceContext
 from . import losses
 from .acceleration import MaybeCompiled, compile_enabled, resolve_precision
 from .config import RunConfig
-from .models import ActorCritic
+from .models import make_model
 from .timing import SectionTimer
 
 RECENT_EPISODES = 100
@@ -98,19 +103,28 @@ CHECKPOINT_KEYS = ("iteration", "env_steps", "elapsed_s", "episodes", "models", 
 
 @dataclass
 class PolicyGroup:
-    """One policy: its agents, model and optimizer, and its compiled forward passes."""
+    """One policy: its space, agents, model, optimizer, buffer and compiled forward passes."""
     name: str
+    spec: object             # its gpusim.spaces.PolicySpec
     agents: object           # a slice when the ids are contiguous (a view), else an index tensor
-    agent_ids: torch.Tensor  # the ids as a tensor, for gathering minibatch rows
-    model: ActorCritic
+    model: torch.nn.Module
     optimizer: torch.optim.Optimizer
     train_model: torch.nn.Module  # the model, or its DistributedDataParallel wrapper
-    act: MaybeCompiled            # obs -> (log-probs side by side, value), for rollouts
+    act: MaybeCompiled            # obs -> (.., value): see training.models, for rollouts
     evaluate: MaybeCompiled       # (obs, actions) -> (log-prob, entropy, value), for updates
+    buffer: "PolicyBuffer" = None
 
     @property
     def num_agents(self) -> int:
-        return len(self.agent_ids)
+        return self.spec.num_agents
+
+    @property
+    def continuous(self) -> bool:
+        return self.spec.continuous
+
+    def observe(self, obs: torch.Tensor) -> torch.Tensor:
+        """This policy's view of the env's obs array: its agents, its entries."""
+        return obs[:, self.agents, :self.spec.obs_dim]
 
 
 def agent_index(ids, device):
@@ -120,38 +134,45 @@ def agent_index(ids, device):
     return torch.tensor(ids, dtype=torch.long, device=device)
 
 
-class RolloutBuffer:
-    """(rollout_len, num_envs, num_agents, ...) tensors on the env's device."""
+def buffer_bytes(spec, rollout_len: int, num_envs: int) -> int:
+    """What one policy's rollout buffer takes: obs, actions, log-prob, value, reward
+    (4 bytes each), done and active (1 byte each)."""
+    rows = rollout_len * num_envs * spec.num_agents
+    return rows * (4 * (spec.obs_dim + spec.action_width + 3) + 2)
 
-    def __init__(self, env, rollout_len: int, num_groups: int):
-        shape = (rollout_len, env.num_envs, env.num_agents)
-        device = env.device
-        rows = rollout_len * env.num_envs * env.num_agents  # refuse before allocating:
-        env.backend.check_fits(  # obs, actions, log-prob, value, reward (4 bytes each)
-            f"the rollout buffer ({rollout_len} steps x {env.num_envs:,} replicas x "
-            f"{env.num_agents} agents)", rows * 4 * (env.obs_dim + len(env.action_nvec) + 3))
-        self.obs = torch.zeros(shape + (env.obs_dim,), device=device)
-        self.actions = torch.zeros(shape + (len(env.action_nvec),), dtype=torch.int32,
-                                   device=device)
+
+class PolicyBuffer:
+    """(rollout_len, num_envs, the policy's agents, ...) tensors on the env's device.
+
+    `actions` holds what the model's `evaluate` takes back: choice indices, or
+    the Gaussian's raw samples. `dones[t]` marks an agent whose episode ended
+    with step t (its replica's, or its own); `active[t]` whether it was still
+    playing at step t (always, without per-agent done).
+    """
+
+    def __init__(self, spec, rollout_len: int, num_envs: int, device):
+        shape = (rollout_len, num_envs, spec.num_agents)
+        self.obs = torch.zeros(shape + (spec.obs_dim,), device=device)
+        self.actions = torch.zeros(shape + (spec.action_width,), device=device,
+                                   dtype=torch.float32 if spec.continuous else torch.int32)
         self.log_probs = torch.zeros(shape, device=device)
         self.values = torch.zeros(shape, device=device)
         self.rewards = torch.zeros(shape, device=device)
-        self.dones = torch.zeros(shape[:2], dtype=torch.bool, device=device)
-        # per policy, the mean return of its agents in episodes that ended at step t
-        self.episode_returns = torch.zeros((rollout_len, num_groups, env.num_envs), device=device)
+        self.dones = torch.zeros(shape, dtype=torch.bool, device=device)
+        self.active = torch.ones(shape, dtype=torch.bool, device=device)
 
-    def rows(self, group: PolicyGroup, index: torch.Tensor):
-        """(obs, actions, log_probs, values) of a policy's flat rows `index`.
-
-        Row i is step-and-replica i // n, agent agent_ids[i % n] (n agents in
-        the policy): only these rows are gathered, never a copy of the policy's
-        whole slice of the buffer.
-        """
-        steps_envs = self.obs.shape[0] * self.obs.shape[1]
-        n = group.num_agents
-        where = (index // n, group.agent_ids[index % n])
-        return tuple(x.view((steps_envs,) + x.shape[2:])[where]
+    def rows(self, index: torch.Tensor):
+        """(obs, actions, log_probs, values) of the flat rows `index` (step, replica, agent)."""
+        return tuple(x.view((-1,) + x.shape[3:])[index]
                      for x in (self.obs, self.actions, self.log_probs, self.values))
+
+
+class EpisodeLog:
+    """Per step, which replicas finished and each policy's mean return in them."""
+
+    def __init__(self, env, rollout_len: int, num_groups: int):
+        self.dones = torch.zeros((rollout_len, env.num_envs), dtype=torch.bool, device=env.device)
+        self.returns = torch.zeros((rollout_len, num_groups, env.num_envs), device=env.device)
 
 
 class TruncationBootstrap:
@@ -183,16 +204,15 @@ class TruncationBootstrap:
     def due(self, t: int) -> bool:
         return (t + 1) % self.interval == 0 or t == self.rollout_len - 1
 
-    def flush(self, groups, rewards: torch.Tensor, autocast):
+    def flush(self, groups, autocast):
         """Add the bootstrap of every pending slot to the reward of the step it truncated."""
-        bonus = torch.zeros_like(rewards[0])
-        with autocast:
-            for g in groups:
-                _, value = g.act(self.final_obs[:, g.agents])
-                bonus[:, g.agents] = value
-        bonus *= self.gamma * self.pending[:, None]
-        flat = rewards.view((-1,) + rewards.shape[2:])
-        flat.index_add_(0, self.step * rewards.shape[1] + self.rows, bonus)
+        for g in groups:
+            with autocast:
+                value = g.act(g.observe(self.final_obs))[-1]
+            rewards = g.buffer.rewards
+            flat = rewards.view((-1,) + rewards.shape[2:])
+            bonus = value.float() * (self.gamma * self.pending[:, None])
+            flat.index_add_(0, self.step * rewards.shape[1] + self.rows, bonus)
         self.pending.zero_()
 
 
@@ -216,13 +236,19 @@ class Trainer:
         env = self.env
         self.precision = resolve_precision(t.precision, env.device)
         use_compile = compile_enabled(t.compile, env.device)
-        self.sampler = ActionSampler(env)
-        self.groups = [self._policy_group(name, ids, use_compile)
-                       for name, ids in env.policies.items()]
-        self.buffer = RolloutBuffer(env, t.rollout_len, len(self.groups))
-        # every agent's log-probabilities over its choices, side by side, for the sampler
-        self.choice_log_probs = torch.zeros(
-            (env.num_envs, env.num_agents, sum(env.action_nvec)), device=env.device)
+        env.backend.check_fits(  # refuse before allocating
+            f"the rollout buffers ({t.rollout_len} steps x {env.num_envs:,} replicas x "
+            f"{env.num_agents} agents)", sum(buffer_bytes(spec, t.rollout_len, env.num_envs)
+                                             for spec in env.policy_specs.values()))
+        self.groups = [self._policy_group(name, spec, use_compile)
+                       for name, spec in env.policy_specs.items()]
+        self.episode_log = EpisodeLog(env, t.rollout_len, len(self.groups))
+        # discrete policies: every agent's log-probabilities over its choices, side by
+        # side, for the sampler, which draws them all in one launch
+        self.sampler = ActionSampler(env) if env.action_nvec else None
+        if self.sampler is not None:
+            self.choice_log_probs = torch.zeros(
+                (env.num_envs, env.num_agents, sum(env.action_nvec)), device=env.device)
         self.bootstrap = TruncationBootstrap(env, t.rollout_len, t.gamma)
         self.shuffle = torch.Generator().manual_seed(t.seed)
         self.timer = SectionTimer(env.device)
@@ -242,17 +268,17 @@ class Trainer:
         self.episodes = 0
         self.finished = {}
 
-    def _policy_group(self, name, ids, use_compile) -> PolicyGroup:
+    def _policy_group(self, name, spec, use_compile) -> PolicyGroup:
         env, config = self.env, self.config
-        model = ActorCritic(env.obs_dim, env.action_nvec, config.policy.hidden_sizes,
-                            config.policy.activation).to(env.device)
+        model = make_model(spec, config.policy).to(env.device)
         optimizer = torch.optim.Adam(model.parameters(), lr=config.trainer.lr, eps=1e-5)
         train_model = self._wrap(model)
-        group = PolicyGroup(name, agent_index(ids, env.device),
-                            torch.tensor(sorted(ids), dtype=torch.long, device=env.device),
+        group = PolicyGroup(name, spec, agent_index(spec.agent_ids, env.device),
                             model, optimizer, train_model,
                             MaybeCompiled(model.act, f"policy {name!r} (rollout)", use_compile),
-                            MaybeCompiled(train_model, f"policy {name!r} (update)", use_compile))
+                            MaybeCompiled(train_model, f"policy {name!r} (update)", use_compile),
+                            PolicyBuffer(spec, config.trainer.rollout_len, env.num_envs,
+                                         env.device))
         if group.evaluate.active:
             self._probe(group)
         return group
@@ -260,10 +286,7 @@ class Trainer:
     def _probe(self, group: PolicyGroup):
         """Compile the update's forward and backward now, so a compiler failure falls
         back before training (a backward compiled lazily could not fall back later)."""
-        rows = 8
-        obs = torch.zeros((rows, self.env.obs_dim), device=self.env.device)
-        actions = torch.zeros((rows, len(self.env.action_nvec)), dtype=torch.int32,
-                              device=self.env.device)
+        obs, actions, _, _ = group.buffer.rows(torch.arange(8, device=self.env.device))
         no_sync = group.train_model.no_sync() if self.distributed else contextlib.nullcontext()
         try:
             with no_sync, self.precision.autocast():
@@ -290,39 +313,65 @@ class Trainer:
     # ---- rollout -------------------------------------------------------------------
     @torch.no_grad()
     def collect(self):
-        t_cfg, buf, env = self.config.trainer, self.buffer, self.env
+        t_cfg, env, log = self.config.trainer, self.env, self.episode_log
         autocast = self.precision.autocast()
         for t in range(t_cfg.rollout_len):
             with self.timer("forward"):
-                obs = buf.obs[t]
-                obs.copy_(self.next_obs)
-                with autocast:
-                    for g in self.groups:
-                        log_probs, buf.values[t][:, g.agents] = g.act(obs[:, g.agents])
-                        self.choice_log_probs[:, g.agents] = log_probs
-                # one launch draws every agent's actions and their log-probability
-                actions = self.sampler.sample(self.choice_log_probs, log_space=True)
-                buf.actions[t].copy_(actions)
-                buf.log_probs[t].copy_(self.sampler.log_prob)
+                active = env.agent_active()
+                actions = self._act(t, active, autocast)
             with self.timer("env"):
                 _, reward, terminated, truncated, info = env.step(actions)
             with self.timer("forward"):
-                buf.rewards[t].copy_(reward)
+                done = info["reset_mask"]
+                still = env.agent_active()
+                for g in self.groups:
+                    buf = g.buffer
+                    torch.mul(reward[:, g.agents], t_cfg.reward_scale, out=buf.rewards[t])
+                    # an agent's episode ends with its replica's, or when it stops playing
+                    buf.dones[t] = done[:, None]
+                    if active is not None:
+                        buf.dones[t] |= buf.active[t] & ~still[:, g.agents]
                 self.bootstrap.record(t, truncated, info["final_obs"])
                 if self.bootstrap.due(t):
-                    self.bootstrap.flush(self.groups, buf.rewards, autocast)
-                done = info["reset_mask"]
-                buf.dones[t] = done
-                self.episode_return += reward
+                    self.bootstrap.flush(self.groups, autocast)
+                log.dones[t] = done
+                self.episode_return += reward if active is None else reward * active
                 for k, g in enumerate(self.groups):
-                    buf.episode_returns[t, k] = self.episode_return[:, g.agents].mean(1)
+                    log.returns[t, k] = self.episode_return[:, g.agents].mean(1)
                 self.episode_return *= (~done).unsqueeze(1).to(reward.dtype)
         self.finished = self._finished_episodes()
 
+    def _act(self, t: int, active, autocast):
+        """Every policy's actions at step t, recorded in its buffer; what env.step takes."""
+        policy_actions = {}
+        with autocast:
+            for g in self.groups:
+                buf = g.buffer
+                obs = buf.obs[t]
+                obs.copy_(g.observe(self.next_obs))
+                if active is not None:
+                    buf.active[t] = active[:, g.agents]
+                if g.continuous:
+                    raw, buf.log_probs[t], buf.values[t] = g.act(obs)
+                    buf.actions[t].copy_(raw)
+                    policy_actions[g.name] = g.model.squash(buf.actions[t])
+                else:
+                    self.choice_log_probs[:, g.agents], buf.values[t] = g.act(obs)
+        if self.sampler is None:
+            return policy_actions
+        # one launch draws every agent's discrete actions and their log-probability
+        actions = self.sampler.sample(self.choice_log_probs, log_space=True)
+        for g in self.groups:
+            if not g.continuous:
+                g.buffer.actions[t].copy_(actions[:, g.agents])
+                g.buffer.log_probs[t].copy_(self.sampler.log_prob[:, g.agents])
+                policy_actions[g.name] = actions[:, g.agents]
+        return policy_actions if self.env.continuous_dim else actions
+
     def _finished_episodes(self) -> dict:
         """One host read per iteration: per policy, returns of the episodes that just ended."""
-        dones = self.buffer.dones.cpu()
-        returns = self.buffer.episode_returns.cpu()
+        dones = self.episode_log.dones.cpu()
+        returns = self.episode_log.returns.cpu()
         return {g.name: returns[:, k][dones].tolist() for k, g in enumerate(self.groups)}
 
     def _share(self, group_stats: dict, stop: bool = False) -> tuple[dict, bool]:
@@ -340,22 +389,27 @@ class Trainer:
 
     # ---- update --------------------------------------------------------------------
     def update(self, group: PolicyGroup, lr: float) -> dict:
-        t_cfg, buf = self.config.trainer, self.buffer
+        t_cfg, buf = self.config.trainer, group.buffer
         for param_group in group.optimizer.param_groups:
             param_group["lr"] = lr
         with torch.no_grad():
             with self.precision.autocast():
-                _, next_value = group.act(self.next_obs[:, group.agents])
-            dones = buf.dones.unsqueeze(-1).expand(-1, -1, group.num_agents)
-            advantages, returns = losses.gae(buf.rewards[:, :, group.agents],
-                                             buf.values[:, :, group.agents], dones,
+                next_value = group.act(group.observe(self.next_obs))[-1]
+            advantages, returns = losses.gae(buf.rewards, buf.values, buf.dones,
                                              next_value.float(), t_cfg.gamma, t_cfg.gae_lambda)
         advantages, returns = advantages.reshape(-1), returns.reshape(-1)
-        batch = advantages.numel()
+        # the rows it trains on: every row, or with per-agent done the agents still playing
+        played = None if self.env.agent_active_array is None \
+            else buf.active.reshape(-1).nonzero().squeeze(1)  # one host sync per update
+        batch = advantages.numel() if played is None else played.numel()
         minibatch = batch // t_cfg.num_minibatches
         stats = torch.zeros(len(LOSS_STATS), device=advantages.device)
+        if minibatch == 0:  # (nearly) nobody played: nothing to learn from
+            return dict(zip(LOSS_STATS, stats.tolist()))
         for _ in range(t_cfg.update_epochs):
             order = torch.randperm(batch, generator=self.shuffle).to(advantages.device)
+            if played is not None:
+                order = played[order]
             for start in range(0, minibatch * t_cfg.num_minibatches, minibatch):
                 stats += self._minibatch_step(group, order[start:start + minibatch],
                                               advantages, returns)
@@ -395,7 +449,7 @@ class Trainer:
     def _loss(self, group: PolicyGroup, rows, adv, returns):
         """(detached LOSS_STATS, loss) of the PPO objective on buffer rows `rows`."""
         t_cfg = self.config.trainer
-        obs, actions, old_log_prob, old_value = self.buffer.rows(group, rows)
+        obs, actions, old_log_prob, old_value = group.buffer.rows(rows)
         with self.precision.autocast():
             new_log_prob, entropy, new_value = group.evaluate(obs, actions)
         pg_loss, clip_fraction = losses.policy_loss(new_log_prob, old_log_prob, adv,

@@ -6,7 +6,8 @@
 
 Checks, in order (names as printed; pass any of them in `skip=` to leave it out):
 
-- `attributes`  num_agents, obs_dim and action_nvec are positive integers;
+- `attributes`  num_agents and obs_dim are positive integers; the env declares
+                actions (action_nvec, action_box or policy_actions);
                 policies map names to agent ids covering every agent exactly once;
                 config_class is a dataclass with a `load` classmethod.
 - `reset`       reset() returns obs of shape (num_envs, num_agents, obs_dim),
@@ -34,13 +35,17 @@ Checks, in order (names as printed; pass any of them in `skip=` to leave it out)
                 with bounds checks, on the CPU).
 
 The rollout behind step, finite, auto_reset and reference runs on `env`
-itself after `env.reset(seed=seed)`, with actions uniform over each action
-component drawn from a torch generator seeded with `seed`.
+itself after `env.reset(seed=seed)`, with random actions drawn from a torch
+generator seeded with `seed`: uniform over each discrete component, and
+uniform over a range 10% wider than the bounds for continuous ones.
 
 Reference protocol: `reference(state, actions)` is a callable taking
 - `state`: a dict of numpy arrays, the env's `get_state()` for the first
   `reference_envs` replicas (arrays of scope "global" whole);
-- `actions`: int32 numpy array (replicas, num_agents, len(action_nvec));
+- `actions`: int32 numpy array (replicas, num_agents, len(action_nvec)), or
+  float32 (replicas, num_agents, Box dims) for continuous actions, not yet
+  clipped; a dict policy name -> array (replicas, its agents, its width)
+  when policies act differently;
 and returning `(next_state, obs, reward, terminated, truncated)` for one step
 *without* auto-reset: `next_state` a dict holding any subset of the state
 arrays, `obs` (replicas, num_agents, obs_dim), `reward` (replicas,

@@ -31,10 +31,13 @@ def attributes(env) -> str:
         if not is_int_at_least(value, low=1):
             problems.append(f"{key} must be a positive integer, got {value!r}")
     nvec = getattr(env, "action_nvec", None)
-    if not isinstance(nvec, (tuple, list)) or not nvec \
+    if not isinstance(nvec, (tuple, list)) \
             or not all(is_int_at_least(n, low=1) for n in nvec):
-        problems.append(f"action_nvec must be a non-empty tuple of positive integers "
+        problems.append(f"action_nvec must be a tuple of positive integers "
                         f"(choices per action component), got {nvec!r}")
+    elif not nvec and not getattr(env, "continuous_dim", 0):
+        problems.append("the env declares no actions: set action_nvec (discrete) or "
+                        "action_box (continuous)")
     problems += _policy_problems(env)
     cfg = getattr(env, "config_class", None)
     if cfg is None or not dataclasses.is_dataclass(cfg) or not hasattr(cfg, "load"):
@@ -43,8 +46,15 @@ def attributes(env) -> str:
     if problems:
         raise Failure("; ".join(problems))
     plural = "" if env.num_agents == 1 else "s"
-    return (f"{env.num_agents} agent{plural}, obs_dim {env.obs_dim}, action_nvec "
-            f"{tuple(env.action_nvec)}, policies {', '.join(env.policies)}")
+    policies = ", ".join(f"{name} ({_space_text(spec)})"
+                         for name, spec in env.policy_specs.items())
+    return f"{env.num_agents} agent{plural}, obs_dim {env.obs_dim}, policies {policies}"
+
+
+def _space_text(spec) -> str:
+    actions = (f"Box {list(spec.actions.low)}..{list(spec.actions.high)}" if spec.continuous
+               else f"action_nvec {tuple(spec.actions)}")
+    return f"obs {spec.obs_dim}, {actions}"
 
 
 def is_int_at_least(value, low) -> bool:

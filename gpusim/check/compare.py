@@ -119,11 +119,48 @@ def reference_difference(answer, got, got_state, scopes, atol, rtol) -> str | No
     return None
 
 
-def random_actions(generator, env) -> torch.Tensor:
-    """Actions uniform over each action component, (num_envs, num_agents, components) int32."""
-    cols = [torch.randint(0, int(k), (env.num_envs, env.num_agents), generator=generator)
-            for k in env.action_nvec]
+def random_actions(generator, env):
+    """Random actions in the form `env.step` takes: discrete ones uniform over each
+    component (int32), continuous ones uniform over a range 10% wider than the bounds
+    on each side (so clipping happens); a dict per policy when policies act differently."""
+    if env.mixed_actions:
+        return {name: _policy_actions(generator, env.num_envs, spec)
+                for name, spec in env.policy_specs.items()}
+    if not env.continuous_dim:  # one nvec for every agent
+        cols = [torch.randint(0, int(k), (env.num_envs, env.num_agents), generator=generator)
+                for k in env.action_nvec]
+        return torch.stack(cols, dim=-1).to(torch.int32)
+    actions = torch.zeros((env.num_envs, env.num_agents, env.continuous_dim))
+    for spec in env.policy_specs.values():  # bounds differ per policy
+        actions[:, list(spec.agent_ids), :spec.action_width] = \
+            _policy_actions(generator, env.num_envs, spec)
+    return actions
+
+
+def _policy_actions(generator, num_envs, spec) -> torch.Tensor:
+    shape = (num_envs, spec.num_agents)
+    if spec.continuous:
+        low, high = (torch.tensor(b, dtype=torch.float32) for b in (spec.actions.low,
+                                                                    spec.actions.high))
+        margin = 0.1 * (high - low)
+        u = torch.rand(shape + (spec.action_width,), generator=generator)
+        return (low - margin) + u * (high - low + 2 * margin)
+    cols = [torch.randint(0, int(k), shape, generator=generator) for k in spec.actions]
     return torch.stack(cols, dim=-1).to(torch.int32)
+
+
+def actions_to(actions, device):
+    """`actions` (a tensor or a dict of them) on `device`."""
+    if isinstance(actions, dict):
+        return {name: a.to(device) for name, a in actions.items()}
+    return actions.to(device)
+
+
+def replica_rows(actions, n: int):
+    """The first `n` replicas of `actions` as numpy (a dict of arrays when per policy)."""
+    if isinstance(actions, dict):
+        return {name: as_numpy(a)[:n] for name, a in actions.items()}
+    return as_numpy(actions)[:n]
 
 
 def lockstep(a, b, steps, seed, atol, rtol, labels):
@@ -134,8 +171,8 @@ def lockstep(a, b, steps, seed, atol, rtol, labels):
         return f"after reset: {found}"
     for t in range(steps):
         actions = random_actions(gen, a)
-        out_a = a.step(actions.to(a.device))
-        out_b = b.step(actions.to(b.device))
+        out_a = a.step(actions_to(actions, a.device))
+        out_b = b.step(actions_to(actions, b.device))
         done = as_numpy(out_a[2] | out_a[3])
         for k, name in enumerate(("obs", "reward", "terminated", "truncated")):
             found = mismatch(name, out_a[k], out_b[k], atol, rtol, labels=labels)

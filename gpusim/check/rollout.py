@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from gpusim.check.compare import (as_numpy, first_index, random_actions, reference_difference,
+from gpusim.check.compare import (actions_to, as_numpy, first_index, random_actions,
+                                  replica_rows, reference_difference,
                                   reference_problem, tensor_problems)
 
 # Written into obs and reward before reset/step: an entry still holding it was not written.
@@ -106,9 +107,9 @@ def record_rollout(env, steps, seed, reference=None, *, reference_steps=0, refer
         for t in range(steps):
             record = StepRecord()
             rollout.steps.append(record)
-            actions = random_actions(generator, env).to(env.device)
+            actions = actions_to(random_actions(generator, env), env.device)
             if reference is not None and t < reference_steps and rollout.reference_error is None:
-                state, replica_actions = _state_rows(env, slice(0, n)), as_numpy(actions)[:n]
+                state, replica_actions = _state_rows(env, slice(0, n)), replica_rows(actions, n)
                 try:
                     answer = reference(state, replica_actions)
                 except Exception as exc:

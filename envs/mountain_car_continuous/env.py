@@ -1,0 +1,146 @@
+"""mountain_car_continuous: gymnasium's MountainCarContinuous-v0 as portable phases.
+
+gymnasium's state is float64 right after its reset (a float64 position, a
+velocity of 0) and float32 after every step (its step stores
+`np.array([position, velocity], dtype=np.float32)`); under NumPy 2's
+promotion rules (NEP 50: a Python float next to a float32 is a float32) its
+step therefore computes in float32 except on the first step of an episode,
+and the constants it compares with are rounded to float32 too, except where
+a clip has just replaced a value by a Python float. The state arrays here
+are float64, so that they can hold the reset position unrounded, and the
+step follows gymnasium's dtype of every intermediate value: float64 when
+`timestep == 0`, float32 (each value rounded as gymnasium's is) otherwise.
+Only scalar locals are used, so the same source compiles into the CUDA kernel.
+"""
+import math
+
+import numba
+import numpy as np
+import torch
+
+from gpusim import rng
+from gpusim.arrays import ArraySpec
+from gpusim.env import Env
+from gpusim.kernels import agent_phase
+from gpusim.spaces import Box
+
+from .config import MountainCarContinuousConfig
+
+STATE = ("position", "velocity")
+SLOPE = 0.0025  # gymnasium's step writes this constant in: velocity -= 0.0025 cos(3 position)
+MIN_ACTION, MAX_ACTION = -1.0, 1.0  # and these are fixed in its __init__
+
+
+@numba.jit(nopython=True)
+def narrow(x):
+    """x rounded to float32 (held as a float64): a NumPy float32 scalar's value."""
+    return np.float64(numba.float32(x))
+
+
+@numba.jit(nopython=True)
+def bound(value, wide):
+    """A constant as gymnasium compares with it: a float32 scalar compares with the
+    float32 rounding of a Python float (NEP 50), a float64 or Python float with itself."""
+    return value if wide else narrow(value)
+
+
+@numba.jit(nopython=True)
+def observe(env, agent, s):
+    """(position, velocity) as float32."""
+    s.obs[env, agent, 0] = numba.float32(s.position[env])
+    s.obs[env, agent, 1] = numba.float32(s.velocity[env])
+
+
+@numba.jit(nopython=True)
+def spawn(env, agent, s, p):
+    """Position uniform in [reset_low, reset_high] (float64, as gymnasium's), velocity 0."""
+    u = np.float64(rng.uniform(s.rng_state, env, agent))
+    s.position[env] = p.reset_low + (p.reset_high - p.reset_low) * u
+    s.velocity[env] = 0.0
+    s.timestep[env] = 0
+    observe(env, agent, s)
+
+
+@numba.jit(nopython=True)
+def physics(env, agent, s, p):
+    force = s.continuous_actions[env, agent, 0]  # float32, already in [-1, 1]
+    # `wide`: the value is a float64 or a Python float in gymnasium, else a float32 scalar
+    wide = s.timestep[env] == 0  # gymnasium's state is float64 only right after reset
+    if wide:
+        position = s.position[env]
+        velocity = s.velocity[env]
+        slope = SLOPE * math.cos(3.0 * position)
+    else:
+        position = narrow(s.position[env])
+        velocity = narrow(s.velocity[env])
+        slope = SLOPE * math.cos(narrow(3.0 * position))
+    # velocity += force * power - 0.0025 * cos(3 * position), where gymnasium's
+    # force = min(max(action, -1.0), 1.0) is its Python float bound when the action was
+    # clipped (here: exactly at a bound), else the float32 action
+    if force == MIN_ACTION or force == MAX_ACTION:
+        delta = np.float64(force) * p.power - slope
+    else:
+        delta = narrow(narrow(np.float64(force) * p.power32) - narrow(slope))
+    velocity = velocity + delta if wide else narrow(velocity + narrow(delta))
+    velocity_wide = wide
+    if velocity > bound(p.max_speed, velocity_wide):
+        velocity, velocity_wide = p.max_speed, True
+    if velocity < bound(-p.max_speed, velocity_wide):
+        velocity, velocity_wide = -p.max_speed, True
+    position = position + velocity if wide else narrow(position + narrow(velocity))
+    position_wide = wide
+    if position > bound(p.max_position, position_wide):
+        position, position_wide = p.max_position, True
+    if position < bound(p.min_position, position_wide):
+        position, position_wide = p.min_position, True
+    if position == bound(p.min_position, position_wide) and velocity < 0.0:
+        velocity, velocity_wide = 0.0, True
+    terminated = (position >= bound(p.goal_position, position_wide)
+                  and velocity >= bound(p.goal_velocity, velocity_wide))
+
+    s.position[env] = narrow(position)  # gymnasium stores its state as float32
+    s.velocity[env] = narrow(velocity)
+    s.timestep[env] += 1
+    observe(env, agent, s)
+    # reward = (100.0 if terminated else 0) - action**2 * 0.1, in float64
+    a = np.float64(force)
+    reward = (100.0 if terminated else 0.0) - (a * a) * 0.1
+    s.reward[env, agent] = numba.float32(reward)
+    s.terminated[env] = terminated
+    s.truncated[env] = (not terminated) and s.timestep[env] >= p.max_episode_steps
+
+
+class MountainCarContinuous(Env):
+    name = "mountain_car_continuous"
+    config_class = MountainCarContinuousConfig
+    reset_phases = (agent_phase(spawn),)
+    step_phases = (agent_phase(physics),)
+
+    render_arrays = STATE
+
+    def draw(self, ax, frame):
+        from .render import draw
+        draw(ax, frame, self.config)
+
+    def setup(self, config):
+        self.num_agents = 1
+        self.time_limit = config.max_episode_steps
+        self.obs_dim = 2
+        self.action_box = Box(low=(MIN_ACTION,), high=(MAX_ACTION,))
+        self.policies = {"agent": (0,)}
+
+    def array_specs(self):
+        specs = {name: ArraySpec(torch.float64, scope="env", state=True) for name in STATE}
+        specs["timestep"] = ArraySpec(torch.int32, scope="env", state=True)
+        return specs
+
+    def params(self):
+        c, f64 = self.config, np.float64
+        return dict(
+            min_position=f64(c.min_position), max_position=f64(c.max_position),
+            max_speed=f64(c.max_speed), goal_position=f64(c.goal_position),
+            goal_velocity=f64(c.goal_velocity), power=f64(c.power),
+            power32=f64(np.float32(c.power)),  # `float32 action * power` rounds power first
+            max_episode_steps=np.int32(c.max_episode_steps),
+            reset_low=f64(c.reset_low), reset_high=f64(c.reset_high),
+        )

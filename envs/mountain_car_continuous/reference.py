@@ -1,0 +1,94 @@
+"""Reference (test oracle) for mountain_car_continuous: gymnasium's own
+MountainCarContinuous-v0 step.
+
+Each replica is stepped by gymnasium's `Continuous_MountainCarEnv.step`, with
+the constants taken from the config, so the oracle is code independent of
+`env.py`. It is given the actions unclipped (gymnasium clips the force
+itself) and the state in the dtype gymnasium itself would hold: float64 at
+timestep 0 (its reset's), float32 after any step (its step's). One
+difference is deliberate and follows gpusim's runtime, which clips every
+continuous action into its bounds before the env sees it: the reward is
+gymnasium's formula applied to the clipped action (gymnasium's own penalises
+the unclipped one). Needs gymnasium (`pip install gymnasium`, part of the
+`test` extra).
+
+State format: a dict of numpy arrays for E replicas:
+    position, velocity : (E,) float64
+    timestep           : (E,) int32
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+STATE_KEYS = ("position", "velocity", "timestep")
+_PHYSICS = ("position", "velocity")
+
+
+def gym_mountain_car_continuous(config):
+    """A gymnasium Continuous_MountainCarEnv with the config's constants."""
+    try:
+        from gymnasium.envs.classic_control.continuous_mountain_car import \
+            Continuous_MountainCarEnv
+    except ImportError:
+        raise ImportError("the mountain_car_continuous reference needs gymnasium: "
+                          "pip install gymnasium") from None
+    gym = Continuous_MountainCarEnv(goal_velocity=config.goal_velocity)
+    gym.min_position = config.min_position
+    gym.max_position = config.max_position
+    gym.max_speed = config.max_speed
+    gym.goal_position = config.goal_position
+    gym.power = config.power
+    return gym
+
+
+def gym_state(position, velocity, timestep):
+    """The state array gymnasium would hold: float64 right after reset, float32 after a step."""
+    return np.array([position, velocity], dtype=np.float64 if timestep == 0 else np.float32)
+
+
+def step(config, state, actions, gym=None):
+    """One step of every replica, without reset.
+
+    `actions` is (E, 1, 1) float32 forces, not yet clipped. Returns
+    (next_state, obs, reward, terminated, truncated) as numpy arrays; obs is
+    (E, 1, 2) float32, reward (E, 1) float32, next_state's position and
+    velocity float64 (holding gymnasium's float32 state after the step).
+    """
+    gym = gym_mountain_car_continuous(config) if gym is None else gym
+    actions = np.asarray(actions, dtype=np.float32)
+    num_envs = len(state["position"])
+    if actions.shape != (num_envs, 1, 1):
+        raise ValueError(f"actions must have shape {(num_envs, 1, 1)}, got {actions.shape}")
+    obs = np.zeros((num_envs, 1, 2), dtype=np.float32)
+    reward = np.zeros((num_envs, 1), dtype=np.float32)
+    terminated = np.zeros(num_envs, dtype=bool)
+    truncated = np.zeros(num_envs, dtype=bool)
+    next_state = {k: np.zeros(num_envs, dtype=np.float64) for k in _PHYSICS}
+    timestep = np.asarray(state["timestep"], dtype=np.int32) + 1
+    for e in range(num_envs):
+        gym.state = gym_state(state["position"][e], state["velocity"][e],
+                              state["timestep"][e])
+        obs[e, 0], _, term, _, _ = gym.step(actions[e, 0])
+        for i, k in enumerate(_PHYSICS):
+            next_state[k][e] = gym.state[i]
+        # gymnasium's reward, of the action as the env sees it (clipped into [-1, 1])
+        force = float(np.clip(actions[e, 0, 0], gym.min_action, gym.max_action))
+        reward[e, 0] = (100.0 if term else 0.0) - math.pow(force, 2) * 0.1
+        terminated[e] = term
+        truncated[e] = (not term) and timestep[e] >= config.max_episode_steps
+    next_state["timestep"] = timestep
+    return next_state, obs, reward, terminated, truncated
+
+
+def check_env_reference(config):
+    """This reference in `gpusim.check.check_env`'s protocol: `(state, actions) -> step(...)`.
+
+        check_env(env, reference=check_env_reference(env.config))
+    """
+    gym = gym_mountain_car_continuous(config)
+
+    def reference(state, actions):
+        return step(config, state, actions, gym)
+    return reference

@@ -1,0 +1,108 @@
+"""What a policy observes and how it acts: the per-policy spaces an env declares.
+
+An env's `setup` sets `obs_dim` and either `action_nvec` (multi-discrete: the
+number of choices per action component) or `action_box` (a `Box`: one
+continuous value per dimension, between its bounds); these hold for every
+policy. A policy that differs says so in `policy_obs_dim` (name -> int, at
+most `obs_dim`: it reads the first that many entries of the `obs` array) or
+`policy_actions` (name -> a `Box`, or a tuple nvec). `Env.policy_specs`
+resolves all of it into one `PolicySpec` per policy.
+
+On the device, discrete actions are the int32 array `actions` and continuous
+ones the float32 array `continuous_actions`, both (num_envs, num_agents,
+widest policy's width): a phase reads the one its agent's policy writes.
+Continuous actions are clipped to the agent's bounds inside the step kernel,
+before the env's phases read them.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+
+from gpusim.errors import GpusimError
+
+
+@dataclass(frozen=True)
+class Box:
+    """Continuous actions: dimension k lies in [low[k], high[k]] (finite, low < high)."""
+    low: tuple
+    high: tuple
+
+    def __post_init__(self):
+        low, high = _floats(self.low, "low"), _floats(self.high, "high")
+        if len(low) != len(high) or not low:
+            raise GpusimError(f"Box needs as many low as high bounds, at least one: "
+                              f"got {len(low)} and {len(high)}")
+        for k, (lo, hi) in enumerate(zip(low, high)):
+            if not lo < hi:
+                raise GpusimError(f"Box dimension {k}: low {lo} must be below high {hi}")
+        object.__setattr__(self, "low", low)
+        object.__setattr__(self, "high", high)
+
+    @property
+    def dim(self) -> int:
+        return len(self.low)
+
+
+def _floats(values, what) -> tuple:
+    values = tuple(values) if isinstance(values, (tuple, list)) else (values,)
+    if not all(isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+               for v in values):
+        raise GpusimError(f"Box {what} bounds must be finite numbers, got {values!r}")
+    return tuple(float(v) for v in values)
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """One policy of an env: its agents, observation size and action space."""
+    agent_ids: tuple
+    obs_dim: int
+    actions: tuple | Box  # a tuple: multi-discrete nvec
+
+    @property
+    def continuous(self) -> bool:
+        return isinstance(self.actions, Box)
+
+    @property
+    def action_width(self) -> int:
+        """Entries per agent in its action array: components, or Box dimensions."""
+        return self.actions.dim if self.continuous else len(self.actions)
+
+    @property
+    def num_agents(self) -> int:
+        return len(self.agent_ids)
+
+
+def resolve(env) -> dict:
+    """name -> PolicySpec from an env's setup attributes; a GpusimError names what is wrong."""
+    nvec = tuple(getattr(env, "action_nvec", ()) or ())
+    box = getattr(env, "action_box", None)
+    if nvec and box is not None:
+        raise GpusimError(f"env {env.name}: set action_nvec or action_box, not both "
+                          "(per-policy spaces go in policy_actions)")
+    obs_dims = dict(getattr(env, "policy_obs_dim", None) or {})
+    actions = dict(getattr(env, "policy_actions", None) or {})
+    for what, table in (("policy_obs_dim", obs_dims), ("policy_actions", actions)):
+        unknown = set(table) - set(env.policies)
+        if unknown:
+            raise GpusimError(f"env {env.name}: {what} names {sorted(unknown)}, which are not "
+                              f"policies ({', '.join(env.policies)})")
+    specs = {}
+    for name, ids in env.policies.items():
+        space = actions.get(name, box if box is not None else nvec)
+        if not isinstance(space, Box):
+            space = tuple(int(n) for n in space)
+            if not space or min(space) < 1:
+                raise GpusimError(f"env {env.name}: policy {name!r} has no action space "
+                                  "(set action_nvec, action_box or policy_actions)")
+        obs_dim = int(obs_dims.get(name, env.obs_dim))
+        if not 1 <= obs_dim <= env.obs_dim:
+            raise GpusimError(f"env {env.name}: policy {name!r} observes {obs_dim} entries; "
+                              f"it must be 1..obs_dim ({env.obs_dim})")
+        specs[name] = PolicySpec(tuple(sorted(int(i) for i in ids)), obs_dim, space)
+    discrete = {s.actions for s in specs.values() if not s.continuous}
+    if len(discrete) > 1:  # the sampler draws every agent's discrete action in one launch
+        raise GpusimError(f"env {env.name}: discrete policies must share one action_nvec, "
+                          f"got {sorted(discrete)}")
+    return specs

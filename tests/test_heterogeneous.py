@@ -1,0 +1,215 @@
+"""Policies that observe and act differently, continuous actions, and per-agent done: the env
+API (spaces, action dicts, clipping in the kernel), the Gaussian head's log-probability, and
+a two-policy env (tests/mixed_team_env.py) that trains, checkpoints and resumes."""
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from gpusim import train
+from gpusim.errors import ArrayError, GpusimError
+from gpusim.spaces import Box
+from gpusim.training.config import PolicyConfig, load_run_config
+from gpusim.training.models import GaussianActorCritic
+from gpusim.training.trainer import Trainer
+
+from mixed_team_env import MixedTeam
+
+
+def mixed_env(num_envs=4, **kwargs):
+    return MixedTeam(num_envs=num_envs, backend="cpu", seed=3, **kwargs)
+
+
+def trainer(**overrides):
+    settings = {"trainer.backend": "cpu", "trainer.num_envs": 16, "trainer.rollout_len": 32,
+                "trainer.total_steps": 16 * 32 * 16}
+    settings.update({f"trainer.{k}": v for k, v in overrides.items()})
+    return Trainer(load_run_config("mixed_team", MixedTeam, overrides=settings), MixedTeam)
+
+
+# ---- the env API --------------------------------------------------------------------
+def test_each_policy_has_its_own_spaces():
+    env = mixed_env()
+    glider, stepper = env.policy_specs["glider"], env.policy_specs["stepper"]
+    assert (glider.obs_dim, glider.continuous, glider.action_width) == (2, True, 1)
+    assert (stepper.obs_dim, stepper.continuous, stepper.actions) == (3, False, (3,))
+    assert env.mixed_actions and env.obs_dim == 3
+    pytest.importorskip("gymnasium")
+    assert env.observation_space["glider"].shape == (2,)
+    assert env.action_space["glider"].low.tolist() == [pytest.approx(-0.2)]
+    assert env.action_space["stepper"].nvec.tolist() == [3]
+
+
+def actions_for(env, glide, step):
+    return {"glider": torch.full((env.num_envs, 2, 1), glide),
+            "stepper": torch.full((env.num_envs, 1, 1), step, dtype=torch.int32)}
+
+
+def test_continuous_actions_are_clipped_inside_the_kernel():
+    env = mixed_env()
+    env.reset()
+    state = env.get_state()
+    state["x"][:] = 0.0
+    state["goal"][:] = 1.0  # far: nobody leaves play
+    env.set_state(state)
+    env.step(actions_for(env, 5.0, 2))  # beyond the bound of 0.2
+    x = env.get_state()["x"]
+    torch.testing.assert_close(x, torch.full_like(x, 0.2))
+    env.step(actions_for(env, -0.05, 1))
+    x = env.get_state()["x"]
+    torch.testing.assert_close(x[:, :2], torch.full_like(x[:, :2], 0.15))
+    torch.testing.assert_close(x[:, 2], torch.full_like(x[:, 2], 0.2))
+
+
+@pytest.mark.parametrize("actions, message", [
+    ({"glider": torch.zeros(4, 2, 1)}, "one tensor per policy"),
+    ({"glider": torch.zeros(4, 2, 1, dtype=torch.int32),
+      "stepper": torch.zeros(4, 1, 1, dtype=torch.int32)}, "must have a float dtype"),
+    ({"glider": torch.zeros(4, 3, 1), "stepper": torch.zeros(4, 1, 1, dtype=torch.int32)},
+     "must have shape (4, 2, 1)"),
+    ({"glider": torch.full((4, 2, 1), math.nan),
+      "stepper": torch.zeros(4, 1, 1, dtype=torch.int32)}, "action is not finite"),
+    ({"glider": torch.zeros(4, 2, 1), "stepper": torch.full((4, 1, 1), 3, dtype=torch.int32)},
+     "action out of range"),
+    (torch.zeros(4, 3, 1, dtype=torch.int32), "pass actions as a dict"),
+])
+def test_bad_actions_are_refused(actions, message):
+    env = mixed_env()
+    env.reset()
+    with pytest.raises(ArrayError) as err:
+        env.step(actions)
+    assert message in str(err.value)
+
+
+def test_an_agent_leaves_play_while_its_team_goes_on():
+    env = mixed_env(num_envs=1)
+    env.reset()
+    state = env.get_state()
+    state["x"][:] = torch.tensor([[0.0, 0.0, 0.0]])
+    state["goal"][:] = torch.tensor([[0.15, -1.0, 1.0]])  # agent 0 arrives this step
+    env.set_state(state)
+    obs, reward, terminated, truncated, _ = env.step(actions_for(env, 0.15, 1))
+    assert env.get_state()["in_play"].tolist() == [[0, 1, 1]]
+    assert reward[0, 0] == pytest.approx(1.0 - 0.1 * 0.0, abs=1e-6) and not terminated[0]
+    assert obs[0, 0].abs().sum() == 0 and env.agent_active().tolist() == [[False, True, True]]
+    _, reward, _, _, _ = env.step(actions_for(env, 0.2, 1))
+    assert reward[0, 0] == 0 and reward[0, 1] < 0
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"action_box": Box((-1.0,), (1.0,))}, "not both"),
+    ({"policy_obs_dim": {"glider": 4}}, "must be 1..obs_dim"),
+    ({"policy_actions": {"nobody": (2,)}}, "are not policies"),
+    ({"policy_actions": {"glider": (2,), "stepper": (3,)}}, "share one action_nvec"),
+])
+def test_inconsistent_spaces_are_refused(bad, message):
+    class Broken(MixedTeam):
+        def setup(self, config):
+            super().setup(config)
+            if "action_box" in bad:
+                self.action_nvec = (3,)
+            for key, value in bad.items():
+                setattr(self, key, value)
+    with pytest.raises(GpusimError) as err:
+        Broken(num_envs=1, backend="cpu")
+    assert message in str(err.value)
+
+
+def test_box_bounds_must_be_sane():
+    with pytest.raises(GpusimError, match="below high"):
+        Box((1.0,), (1.0,))
+    with pytest.raises(GpusimError, match="finite"):
+        Box((-math.inf,), (1.0,))
+
+
+# ---- the Gaussian head ----------------------------------------------------------------
+@pytest.mark.parametrize("state_dependent", [False, True])
+def test_gaussian_log_prob_matches_torch_distributions(state_dependent):
+    from torch.distributions import Normal, TransformedDistribution
+    from torch.distributions.transforms import AffineTransform, TanhTransform
+    torch.manual_seed(0)
+    low, high = (-2.0, 0.0, -1.0), (2.0, 1.0, 3.0)
+    model = GaussianActorCritic(5, low, high, (16,), "tanh", state_dependent, log_std_init=-0.5)
+    obs = torch.randn(64, 5)
+    raw, log_prob, _ = model.act(obs)
+    mean, log_std = model.distribution(obs)
+    center = (torch.tensor(high) + torch.tensor(low)) / 2
+    half = (torch.tensor(high) - torch.tensor(low)) / 2
+    squashed = TransformedDistribution(Normal(mean, log_std.exp()),
+                                       [TanhTransform(), AffineTransform(center, half)])
+    action = model.squash(raw)
+    assert bool(((action > torch.tensor(low)) & (action < torch.tensor(high))).all())
+    want = squashed.log_prob(action).sum(-1)
+    torch.testing.assert_close(log_prob, want, rtol=1e-4, atol=1e-4)
+    # evaluate gives the same for the stored raw action; far in the tails it stays finite
+    torch.testing.assert_close(model.evaluate(obs, raw)[0], log_prob)
+    assert bool(torch.isfinite(model.evaluate(obs, torch.full_like(raw, 30.0))[0]).all())
+    entropy = model.evaluate(obs, raw)[1]
+    torch.testing.assert_close(entropy, Normal(mean, log_std.exp()).entropy().sum(-1))
+
+
+def test_policy_config_for_continuous_heads():
+    assert PolicyConfig().state_dependent_std is False
+    model = GaussianActorCritic(3, (-1.0,), (1.0,), (8,), log_std_init=-1.0)
+    assert model.log_std.tolist() == [-1.0]
+
+
+# ---- training ---------------------------------------------------------------------------
+def test_rollout_marks_per_agent_done_and_trains_only_on_agents_in_play(monkeypatch):
+    t = trainer()
+    t.collect()
+    glider, stepper = (g.buffer for g in t.groups)
+    assert glider.obs.shape[-1] == 2 and stepper.obs.shape[-1] == 3
+    assert glider.actions.dtype == torch.float32 and stepper.actions.dtype == torch.int32
+    # an agent that left play is done at that step, and inactive until its replica resets
+    left = glider.active[:-1] & ~glider.active[1:]
+    assert bool(left.any()) and bool(glider.dones[:-1][left].all())
+    assert not bool(glider.active.all())
+    seen = []
+    original = Trainer._loss
+
+    def spy(self, group, rows, adv, returns):
+        seen.append((group.name, rows))
+        return original(self, group, rows, adv, returns)
+    monkeypatch.setattr(Trainer, "_loss", spy)
+    for g in t.groups:
+        t.update(g, 1e-3)
+    for name, rows in seen:
+        buffer = next(g.buffer for g in t.groups if g.name == name)
+        assert bool(buffer.active.reshape(-1)[rows].all())
+
+
+def test_two_policies_with_different_spaces_learn():
+    t = trainer(total_steps=16 * 32 * 14, lr=1e-3)
+    t.collect()
+    random_returns = {name: np.mean(r) for name, r in t.finished.items()}
+    t.iteration = 0
+    summary = t.train()
+    for name, start in random_returns.items():  # a random walker rarely finds its goal
+        assert start < 0.3 and summary["episode_return"][name] > start + 0.4, (name, summary)
+
+
+def run(results, *args):
+    return train.main(["--env", "mixed_team_env:MixedTeam", "--backend", "cpu",
+                       "--num_envs", "8", "--rollout_len", "16", "--results_dir",
+                       str(results), "--quiet", "--set", "trainer.checkpoint_every=2", *args])
+
+
+def test_checkpoint_and_resume_match_an_uninterrupted_run(tmp_path):
+    full, part = tmp_path / "full", tmp_path / "part"
+    assert run(full, "--total_steps", str(128 * 6)) == 0
+    assert run(part, "--total_steps", str(128 * 4)) == 0
+    (part_dir,) = part.iterdir()
+    assert train.main(["--resume", str(part_dir), "--total_steps", str(128 * 6), "--quiet"]) == 0
+    (full_dir,) = full.iterdir()
+    drop = ("time_s", "env_steps_per_s")
+
+    def metrics(run_dir):
+        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in r.items() if k not in drop and not k.startswith("time_share")}
+                for r in rows]
+    assert metrics(part_dir) == metrics(full_dir)
+    state = torch.load(sorted((full_dir / "checkpoints").iterdir())[-1], weights_only=True)
+    assert "log_std" in state["models"]["glider"] and "log_std" not in state["models"]["stepper"]

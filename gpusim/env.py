@@ -101,6 +101,9 @@ class Env:
     policy_obs_dim: dict | None = None  # policies that observe fewer entries (gpusim.spaces)
     policy_actions: dict | None = None  # policies that act differently
     agent_active_array: str | None = None  # per-agent done: nonzero while the agent plays
+    # True: the step kernel leaves continuous actions as given and the env's phases clip
+    # them (an env whose reward charges the raw action, as MountainCarContinuous does)
+    raw_continuous_actions: bool = False
     time_limit: int | None = None  # None: an episode may be truncated at any step
     nonnegative_state: tuple = ("timestep",)  # state arrays set_state refuses below 0
     render_arrays: tuple = ()  # the arrays a rendered frame needs (gpusim.render); see draw
@@ -180,7 +183,8 @@ class Env:
         cls = type(self)
         auto_reset = Section((agent_phase(save_final_obs),) + tuple(cls.reset_phases),
                              guard=replica_done)
-        clip = (agent_phase(clip_continuous_actions),) if self.continuous_dim else ()
+        clip = (agent_phase(clip_continuous_actions),) \
+            if self.continuous_dim and not self.raw_continuous_actions else ()
         return KernelSpec.of(f"{cls.name}.step", *clip, *cls.step_phases, auto_reset,
                              cuda_c=cls.cuda_c_step, cuda_c_dir=cls._kernel_dir("cuda_c_step"))
 

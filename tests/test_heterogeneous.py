@@ -213,3 +213,46 @@ def test_checkpoint_and_resume_match_an_uninterrupted_run(tmp_path):
     assert metrics(part_dir) == metrics(full_dir)
     state = torch.load(sorted((full_dir / "checkpoints").iterdir())[-1], weights_only=True)
     assert "log_std" in state["models"]["glider"] and "log_std" not in state["models"]["stepper"]
+
+
+# ---- evaluation, rendering and adapters ---------------------------------------------------
+def test_a_mixed_run_is_evaluated_with_trained_and_random_policies(tmp_path):
+    from gpusim.training import evaluate as evaluation
+    assert run(tmp_path, "--total_steps", str(128 * 2)) == 0
+    (run_dir,) = tmp_path.iterdir()
+    assert evaluation.main([str(run_dir), "--episodes", "4"]) == 0
+    saved = json.loads((run_dir / "eval.json").read_text())
+    assert list(saved["pairings"]) == ["glider trained, stepper trained",
+                                       "glider trained, stepper random",
+                                       "glider random, stepper trained",
+                                       "glider random, stepper random"]
+
+
+def test_random_continuous_actions_stay_in_bounds_and_greedy_ones_are_the_mean():
+    from gpusim.training.evaluate import Actors
+    from gpusim.training.models import make_model
+    env = mixed_env(num_envs=64)
+    obs = env.reset()
+    actions = Actors(env, {})(obs)
+    assert actions["glider"].abs().max() <= 0.2 and actions["glider"].std() > 0.05
+    model = make_model(env.policy_specs["glider"], PolicyConfig())
+    greedy = Actors(env, {"glider": model})(obs, argmax=True)["glider"]
+    mean, _ = model.distribution(obs[:, :2, :2])
+    torch.testing.assert_close(greedy, model.squash(mean))
+
+
+def test_pendulum_renders_and_adapts_to_gymnasium(tmp_path):
+    gymnasium = pytest.importorskip("gymnasium")
+    import gpusim
+    from gpusim.wrappers import to_gymnasium, to_pettingzoo
+    pytest.importorskip("matplotlib")
+    from gpusim.training import render
+    assert render.render("pendulum", tmp_path / "p.gif", max_steps=3, seed=1) == 3
+    vec = to_gymnasium(gpusim.make("pendulum", num_envs=4, backend="cpu"))
+    assert isinstance(vec.single_action_space, gymnasium.spaces.Box)
+    vec.reset(seed=0)
+    obs, reward, *_ = vec.step(np.full((4, 1), 3.0, dtype=np.float32))  # clipped to 2
+    assert obs.shape == (4, 3) and reward.dtype == np.float32
+    pytest.importorskip("pettingzoo")
+    with pytest.raises(GpusimError, match="discrete actions"):
+        to_pettingzoo(mixed_env())

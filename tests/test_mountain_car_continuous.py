@@ -1,9 +1,8 @@
 """mountain_car_continuous against gymnasium's own MountainCarContinuous-v0, step by step,
-by state injection (random actions, out-of-bound ones included: clipping); whole episodes
-from gymnasium's own reset; check_env with its reference (cpu, and cpu against cudasim);
-NaN actions; bad configs; a frame."""
-import math
-
+by state injection (random actions, out-of-bound ones included: the env clips the force
+itself and charges gymnasium's reward on the raw action); whole episodes from gymnasium's
+own reset; check_env with its reference (cpu, and cpu against cudasim); actions exactly at
+the bounds; NaN and infinite actions; bad configs; a frame."""
 import numpy as np
 import pytest
 import torch
@@ -50,24 +49,34 @@ def gym_state(state, e):
 
 
 def random_forces(rng, num_envs):
-    """Uniform over a range 30% wider than the bounds, a few exactly 0 (clipped actions
-    land exactly on the bounds)."""
-    force = rng.uniform(-1.3, 1.3, num_envs)
-    force[rng.random(num_envs) < 0.02] = 0.0
-    return force.astype(np.float32).reshape(num_envs, 1, 1)
+    """Uniform over a range 30% wider than the bounds, a few exactly 0, a few exactly at a
+    bound (not clipped: gymnasium keeps the float32 action) and a few one float32 ulp
+    beyond one (clipped: gymnasium's Python float bound)."""
+    force = rng.uniform(-1.3, 1.3, num_envs).astype(np.float32)
+    pick = rng.random(num_envs)
+    sign = np.where(rng.random(num_envs) < 0.5, -1.0, 1.0).astype(np.float32)
+    force[pick < 0.02] = 0.0
+    at = (pick >= 0.02) & (pick < 0.06)
+    force[at] = sign[at]
+    beyond = (pick >= 0.06) & (pick < 0.08)
+    force[beyond] = np.nextafter(sign[beyond], 2 * sign[beyond])
+    return force.reshape(num_envs, 1, 1)
 
 
-def env_reward(terminated, action):
-    """gymnasium's reward formula of the clipped action (gpusim clips before the env)."""
-    return (100.0 if terminated else 0.0) - math.pow(float(np.clip(action, -1, 1)), 2) * 0.1
+def float32_rounding(value):
+    """Half a float32 ulp at `value`: the most that rounding gymnasium's (Python float)
+    reward to the env's float32 reward may move it."""
+    return float(np.spacing(np.float32(abs(value)))) / 2
 
 
-@pytest.mark.parametrize("backend, num_envs, steps, refresh_every", [
-    ("cpu", 64, 300, 20),
-    ("cudasim", 2, 40, 4),
-    pytest.param("numba", 256, 300, 20, marks=pytest.mark.gpu),
+# the state and observation: identical to gymnasium's on the CPU (and cudasim); the GPU's
+# cos may differ from the CPU's in the last bit (FMA contraction)
+@pytest.mark.parametrize("backend, num_envs, steps, refresh_every, atol", [
+    ("cpu", 64, 300, 20, 0.0),
+    ("cudasim", 2, 40, 4, 0.0),
+    pytest.param("numba", 256, 300, 20, 1e-5, marks=pytest.mark.gpu),
 ])
-def test_matches_gymnasium(backend, num_envs, steps, refresh_every):
+def test_matches_gymnasium(backend, num_envs, steps, refresh_every, atol):
     env = gpusim.make("mountain_car_continuous", num_envs=num_envs, backend=backend, seed=1)
     env.reset()
     gym_env = gymnasium.make("MountainCarContinuous-v0").unwrapped
@@ -75,7 +84,8 @@ def test_matches_gymnasium(backend, num_envs, steps, refresh_every):
     rng = np.random.default_rng(5)
     state = random_mountain_car_state(rng, num_envs, MAX_STEPS)
     seen = {"terminated": 0, "truncated": 0, "running": 0, "wall": 0, "fresh": 0,
-            "clipped": 0}
+            "clipped": 0, "at_bound": 0}
+    worst = {"reward": 0.0, "obs": 0.0, "state": 0.0}
     for t in range(steps):
         if t % refresh_every == 0:
             state = random_mountain_car_state(rng, num_envs, MAX_STEPS)
@@ -94,17 +104,20 @@ def test_matches_gymnasium(backend, num_envs, steps, refresh_every):
             assert bool(terminated[e]) == want_term, (t, e)
             assert bool(truncated[e]) == want_trunc, (t, e)
             action = float(actions[e, 0, 0])
-            want_reward = env_reward(want_term, action)
-            if abs(action) <= 1.0:  # gymnasium's own reward penalises the unclipped action
-                assert want_reward == gym_reward
-            assert reward[e, 0] == np.float32(want_reward), (t, e)
+            # gymnasium's own reward (of the raw action, out of bounds too), as a float32
+            deviation = abs(float(reward[e, 0]) - gym_reward)
+            assert deviation <= float32_rounding(gym_reward), (t, e, action)
+            assert reward[e, 0] == np.float32(gym_reward), (t, e, action)
+            worst["reward"] = max(worst["reward"], deviation)
             done = want_term or want_trunc
             got = final_obs[e, 0] if done else obs[e, 0]
-            np.testing.assert_allclose(got.numpy(), want_obs, rtol=0, atol=1e-5)
+            np.testing.assert_allclose(got.numpy(), want_obs, rtol=0, atol=atol)
+            worst["obs"] = max(worst["obs"], float(np.abs(got.numpy() - want_obs).max()))
             if not done:  # the state itself (a finished replica has been reset already)
-                got_state = [float(after[k][e]) for k in PHYSICS]
-                np.testing.assert_allclose(got_state, gym_env.state.astype(np.float64),
-                                           rtol=0, atol=1e-5)
+                got_state = np.array([float(after[k][e]) for k in PHYSICS])
+                want_state = gym_env.state.astype(np.float64)
+                np.testing.assert_allclose(got_state, want_state, rtol=0, atol=atol)
+                worst["state"] = max(worst["state"], float(np.abs(got_state - want_state).max()))
                 assert after["timestep"][e] == state["timestep"][e] + 1
             seen["terminated"] += want_term
             seen["truncated"] += want_trunc
@@ -113,7 +126,9 @@ def test_matches_gymnasium(backend, num_envs, steps, refresh_every):
                                  and gym_env.state[1] == 0 and state["velocity"][e] < 0)
             seen["fresh"] += bool(state["timestep"][e] == 0)
             seen["clipped"] += bool(abs(action) > 1.0)
+            seen["at_bound"] += bool(abs(action) == 1.0)
         state = after
+    print(backend, seen, "max deviation from gymnasium:", worst)
     assert all(seen.values()), seen
     if backend == "cpu":
         assert seen["terminated"] >= 100 and seen["wall"] >= 100, seen
@@ -132,12 +147,14 @@ def test_whole_episodes_follow_gymnasium_from_its_reset():
     env.set_state({"position": np.array([g.state[0] for g in gyms]),
                    "velocity": np.zeros(num_envs), "timestep": np.zeros(num_envs, np.int32)})
     rng = np.random.default_rng(7)
-    # a bang-bang controller (push along the velocity, out of bounds: clipped) with random
-    # pushes mixed in: some episodes reach the goal, some are truncated
+    # a bang-bang controller (push along the velocity: out of bounds, clipped, in even
+    # replicas, exactly at the bounds, not clipped, in odd ones) with random pushes mixed
+    # in: some episodes reach the goal, some are truncated
     finished = np.zeros(num_envs, dtype=bool)
     ends = {"terminated": 0, "truncated": 0}
+    strength = np.where(np.arange(num_envs) % 2 == 0, 1.2, 1.0)
     for t in range(MAX_STEPS):
-        push = np.array([1.2 if g.state[1] >= 0 else -1.2 for g in gyms])
+        push = np.array([1.0 if g.state[1] >= 0 else -1.0 for g in gyms]) * strength
         random = rng.random(num_envs) < np.linspace(0.0, 0.95, num_envs)
         push[random] = rng.uniform(-1.1, 1.1, int(random.sum()))
         actions = push.astype(np.float32).reshape(num_envs, 1, 1)
@@ -145,10 +162,10 @@ def test_whole_episodes_follow_gymnasium_from_its_reset():
         for e, gym_env in enumerate(gyms):
             if finished[e]:
                 continue
-            want_obs, _, want_term, _, _ = gym_env.step(actions[e, 0])
+            want_obs, gym_reward, want_term, _, _ = gym_env.step(actions[e, 0])
             want_trunc = (not want_term) and t + 1 >= MAX_STEPS
             assert bool(terminated[e]) == want_term and bool(truncated[e]) == want_trunc, (t, e)
-            assert reward[e, 0] == np.float32(env_reward(want_term, actions[e, 0, 0]))
+            assert reward[e, 0] == np.float32(gym_reward), (t, e)
             done = want_term or want_trunc
             got = info["final_obs"][e, 0] if done else obs[e, 0]
             assert np.array_equal(got.numpy(), want_obs), (t, e)
@@ -231,6 +248,50 @@ def test_a_non_finite_action_is_an_error_under_check_actions(bad):
         env.step(actions)
     with pytest.raises(ArrayError, match="float dtype"):
         env.step(torch.zeros((3, 1, 1), dtype=torch.int64))
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cudasim"])
+def test_actions_at_and_beyond_the_bounds_and_non_finite_ones(backend):
+    """The env sees the raw action (raw_continuous_actions): exactly at a bound it is
+    gymnasium's float32 action, one ulp beyond it the Python float bound, and the state
+    and reward are gymnasium's in each case; an infinite action is clipped as gymnasium
+    clips it, its reward -inf as gymnasium's; NaN (refused under check_actions; gymnasium
+    would carry it into its state) pushes as the low bound, its reward NaN as gymnasium's."""
+    values = [1.0, -1.0, np.nextafter(np.float32(1), np.float32(2)),
+              np.nextafter(np.float32(-1), np.float32(-2)), np.nextafter(np.float32(1), 0),
+              1.3, -1.3, np.inf, -np.inf, np.nan]
+    num_envs = 24 * len(values)
+    env = gpusim.make("mountain_car_continuous", num_envs=num_envs, backend=backend, seed=3,
+                      check_actions=False)
+    env.reset()
+    state = random_mountain_car_state(np.random.default_rng(9), num_envs, MAX_STEPS)
+    state["timestep"][::2] = 0  # float64 steps (gymnasium's first) and float32 ones
+    state["timestep"][1::2] = np.maximum(state["timestep"][1::2], 1)
+    env.set_state(state)
+    actions = np.repeat(np.array(values, dtype=np.float32), 24).reshape(num_envs, 1, 1)
+    obs, reward, terminated, truncated, info = env.step(torch.from_numpy(actions))
+    after = env.get_state()
+    assert np.array_equal(env.arrays["continuous_actions"].cpu().numpy(), actions,
+                          equal_nan=True)  # the action buffer holds them unclipped
+    gym_env = gymnasium.make("MountainCarContinuous-v0").unwrapped
+    gym_env.reset(seed=0)
+    for e in range(num_envs):
+        action = actions[e, 0]
+        nan = bool(np.isnan(action[0]))
+        gym_env.state = gym_state(state, e)
+        # gymnasium with NaN: NaN state; the env pushes as with -1.0 (a Python float)
+        want_obs, gym_reward, want_term, _, _ = gym_env.step(
+            np.array([-np.inf], dtype=np.float32) if nan else action)
+        if nan:
+            assert np.isnan(float(reward[e, 0])), e
+        else:
+            assert reward[e, 0] == np.float32(gym_reward), (e, action)
+        assert bool(terminated[e]) == want_term, (e, action)
+        done = want_term or bool(truncated[e])
+        got = info["final_obs"][e, 0] if done else obs[e, 0]
+        assert np.array_equal(got.numpy(), want_obs), (e, action)
+        if not done:
+            assert [float(after[k][e]) for k in PHYSICS] == list(map(float, gym_env.state))
 
 
 @pytest.mark.parametrize("data, message", [

@@ -220,10 +220,15 @@ def test_plot_writes_pngs(tmp_path):
 
 
 @pytest.mark.slow
-def test_cartpole_default_config_solves_within_budget(tmp_path):
-    """The shipped config reaches a mean return of 475 (last 100 episodes) within 500k steps."""
-    assert train.main(["--env", "cartpole", "--backend", "cpu", "--results_dir", str(tmp_path),
+@pytest.mark.parametrize("env, target, budget", [
+    ("cartpole", 475, 500_000),
+    ("acrobot", -100, 500_000),
+    ("pendulum", -200, 1_000_000),  # continuous actions: the Gaussian head
+])
+def test_recipe_solves_within_budget(tmp_path, env, target, budget):
+    """The shipped recipe reaches its target mean return (last 100 episodes) in budget."""
+    assert train.main(["--env", env, "--backend", "cpu", "--results_dir", str(tmp_path),
                        "--quiet"]) == 0
     rows = [json.loads(line) for line in
             (only_run(tmp_path) / "metrics.jsonl").read_text().splitlines()]
-    assert rows[-1]["episode_return/agent"] >= 475 and rows[-1]["env_steps"] <= 500_000
+    assert rows[-1]["episode_return/agent"] >= target and rows[-1]["env_steps"] <= budget

@@ -30,6 +30,7 @@ from dataclasses import replace
 
 import torch
 
+from gpusim.check.compare import actions_to, random_actions
 from gpusim.errors import GpusimError
 from gpusim.scale import distributed as dist
 from gpusim.scale.search import Searcher
@@ -99,9 +100,7 @@ def env_trial(config: RunConfig, env_class, context, steps: int):
         env = env_class(num_envs=num_envs, backend=backend, seed=config.trainer.seed,
                         config=config.env, env_offset=context.replica_offset(num_envs))
         env.reset()
-        high = torch.tensor(env.action_nvec, device=env.device)
-        actions = (torch.rand((num_envs, env.num_agents, len(env.action_nvec)),
-                              device=env.device) * high).to(torch.int32)
+        actions = actions_to(random_actions(torch.Generator().manual_seed(0), env), env.device)
         start = time.perf_counter()
         for _ in range(steps):
             env.step(actions)

@@ -63,8 +63,21 @@ def spawn(env, agent, s, p):
 
 @numba.jit(nopython=True)
 def physics(env, agent, s, p):
-    force = s.continuous_actions[env, agent, 0]  # float32, already in [-1, 1]
-    # `wide`: the value is a float64 or a Python float in gymnasium, else a float32 scalar
+    # the raw float32 action (raw_continuous_actions: the runtime does not clip it; it may
+    # be out of bounds, and NaN or infinite when check_actions is off)
+    action = s.continuous_actions[env, agent, 0]
+    # gymnasium's force = min(max(action, -1.0), 1.0): the Python float bound when the
+    # action lies beyond it, else the float32 action itself (also one exactly at a bound:
+    # max/min keep their first argument on a tie). NaN (which gymnasium would pass through
+    # into its state) is taken as the low bound, as check_actions refuses it anyway.
+    clipped = True
+    if not action >= MIN_ACTION:  # below the bound, or NaN
+        force = MIN_ACTION
+    elif action > MAX_ACTION:
+        force = MAX_ACTION
+    else:
+        force = np.float64(action)
+        clipped = False
     wide = s.timestep[env] == 0  # gymnasium's state is float64 only right after reset
     if wide:
         position = s.position[env]
@@ -74,13 +87,12 @@ def physics(env, agent, s, p):
         position = narrow(s.position[env])
         velocity = narrow(s.velocity[env])
         slope = SLOPE * math.cos(narrow(3.0 * position))
-    # velocity += force * power - 0.0025 * cos(3 * position), where gymnasium's
-    # force = min(max(action, -1.0), 1.0) is its Python float bound when the action was
-    # clipped (here: exactly at a bound), else the float32 action
-    if force == MIN_ACTION or force == MAX_ACTION:
-        delta = np.float64(force) * p.power - slope
+    # velocity += force * power - 0.0025 * cos(3 * position): in float64 with a clipped
+    # (Python float) force, else float32 (`float32 * power`, then `- slope` rounded)
+    if clipped:
+        delta = force * p.power - slope
     else:
-        delta = narrow(narrow(np.float64(force) * p.power32) - narrow(slope))
+        delta = narrow(narrow(force * p.power32) - narrow(slope))
     velocity = velocity + delta if wide else narrow(velocity + narrow(delta))
     velocity_wide = wide
     if velocity > bound(p.max_speed, velocity_wide):
@@ -102,8 +114,10 @@ def physics(env, agent, s, p):
     s.velocity[env] = narrow(velocity)
     s.timestep[env] += 1
     observe(env, agent, s)
-    # reward = (100.0 if terminated else 0) - action**2 * 0.1, in float64
-    a = np.float64(force)
+    # gymnasium's reward = (100.0 if terminated else 0) - math.pow(action, 2) * 0.1, in
+    # float64, of the RAW action (not the clipped force): -0.169 for an action of 1.3, -inf
+    # for an infinite one, NaN for NaN. The square of a float32 is exact in float64.
+    a = np.float64(action)
     reward = (100.0 if terminated else 0.0) - (a * a) * 0.1
     s.reward[env, agent] = numba.float32(reward)
     s.terminated[env] = terminated
@@ -115,6 +129,9 @@ class MountainCarContinuous(Env):
     config_class = MountainCarContinuousConfig
     reset_phases = (agent_phase(spawn),)
     step_phases = (agent_phase(physics),)
+    # the step kernel leaves the actions unclipped: `physics` clips the force itself and
+    # charges the reward on the raw action, as gymnasium does
+    raw_continuous_actions = True
 
     render_arrays = STATE
 

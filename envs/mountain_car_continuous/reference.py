@@ -5,20 +5,16 @@ Each replica is stepped by gymnasium's `Continuous_MountainCarEnv.step`, with
 the constants taken from the config, so the oracle is code independent of
 `env.py`. It is given the actions unclipped (gymnasium clips the force
 itself) and the state in the dtype gymnasium itself would hold: float64 at
-timestep 0 (its reset's), float32 after any step (its step's). One
-difference is deliberate and follows gpusim's runtime, which clips every
-continuous action into its bounds before the env sees it: the reward is
-gymnasium's formula applied to the clipped action (gymnasium's own penalises
-the unclipped one). Needs gymnasium (`pip install gymnasium`, part of the
-`test` extra).
+timestep 0 (its reset's), float32 after any step (its step's). Everything it
+returns is gymnasium's own, the reward included (which penalises the raw,
+unclipped action), rounded to float32. Needs gymnasium (`pip install
+gymnasium`, part of the `test` extra).
 
 State format: a dict of numpy arrays for E replicas:
     position, velocity : (E,) float64
     timestep           : (E,) int32
 """
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
@@ -70,12 +66,9 @@ def step(config, state, actions, gym=None):
     for e in range(num_envs):
         gym.state = gym_state(state["position"][e], state["velocity"][e],
                               state["timestep"][e])
-        obs[e, 0], _, term, _, _ = gym.step(actions[e, 0])
+        obs[e, 0], reward[e, 0], term, _, _ = gym.step(actions[e, 0])
         for i, k in enumerate(_PHYSICS):
             next_state[k][e] = gym.state[i]
-        # gymnasium's reward, of the action as the env sees it (clipped into [-1, 1])
-        force = float(np.clip(actions[e, 0, 0], gym.min_action, gym.max_action))
-        reward[e, 0] = (100.0 if term else 0.0) - math.pow(force, 2) * 0.1
         terminated[e] = term
         truncated[e] = (not term) and timestep[e] >= config.max_episode_steps
     next_state["timestep"] = timestep

@@ -12,9 +12,22 @@ from __future__ import annotations
 
 import importlib
 
+from gpusim.env import Env
 from gpusim.errors import GpusimError
 
 INTEROP = "pip install 'gpusim[interop]'"
+
+
+def check_is_env(env, adapter: str, continuous: bool = True):
+    if not isinstance(env, Env):
+        raise GpusimError(f"{adapter} takes a gpusim env (gpusim.make(...)), "
+                          f"got {type(env).__name__}")
+    if not continuous and env.continuous_dim:
+        raise GpusimError(f"{adapter} adapts envs with discrete actions; {env.name}'s are "
+                          "continuous (to_gymnasium takes one-agent continuous envs)")
+    if any(p.obs_dim != env.obs_dim for p in env.policy_specs.values()):
+        raise GpusimError(f"{adapter} adapts envs whose policies observe alike; {env.name}'s "
+                          "policies have observations of different sizes")
 
 
 def _require(adapter: str, library: str, install: str = INTEROP):

@@ -25,18 +25,13 @@ from gymnasium.vector.utils import batch_space
 
 from gpusim.env import Env, checked_seed
 from gpusim.errors import ArrayError, GpusimError
+from gpusim.wrappers import check_is_env
 
 
-def check_is_env(env, adapter: str):
-    if not isinstance(env, Env):
-        raise GpusimError(f"{adapter} takes a gpusim env (gpusim.make(...)), "
-                          f"got {type(env).__name__}")
-
-
-def action_space_of(space: spaces.MultiDiscrete) -> spaces.Space:
+def action_space_of(space: spaces.Space) -> spaces.Space:
     """`Discrete(n)` for a one-component MultiDiscrete (the standard space that SB3
-    and most libraries expect, e.g. CartPole's), else the MultiDiscrete itself."""
-    if space.shape == (1,):
+    and most libraries expect, e.g. CartPole's), else the space itself."""
+    if isinstance(space, spaces.MultiDiscrete) and space.shape == (1,):
         return spaces.Discrete(int(space.nvec[0]))
     return space
 
@@ -51,7 +46,8 @@ class GymnasiumVectorEnv(gymnasium.vector.VectorEnv):
 
     Spaces: `single_observation_space` is the env's float32 Box; the
     `single_action_space` is `Discrete(n)` when the env's action has one
-    component, else its MultiDiscrete. Rewards are the env's float32.
+    component, else its MultiDiscrete, or its Box for continuous actions
+    (clipped into the bounds by the env). Rewards are the env's float32.
     `reset(seed=s)` re-seeds every replica's RNG stream from s (replica e
     draws from stream (s, e)), so one integer seeds the whole batch. Reset
     options are ignored, except `reset_mask`: all replicas reset together.
@@ -73,7 +69,7 @@ class GymnasiumVectorEnv(gymnasium.vector.VectorEnv):
         self.single_action_space = action_space_of(env.action_space[policy])
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
-        self._action_shape = (self.num_envs, 1, len(env.action_nvec))
+        self._action_shape = (self.num_envs, 1, env.policy_specs[policy].action_width)
         self._needs_reset = True
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):

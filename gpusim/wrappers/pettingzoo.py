@@ -45,7 +45,7 @@ class GpusimParallelEnv(ParallelEnv):
     render_mode = None
 
     def __init__(self, env: Env, replica: int = 0):
-        check_is_env(env, "to_pettingzoo")
+        check_is_env(env, "to_pettingzoo", continuous=False)
         if isinstance(replica, bool) or not isinstance(replica, (int, np.integer)) \
                 or not 0 <= replica < env.num_envs:
             raise ConfigError(f"replica must be an integer in 0..{env.num_envs - 1}, "

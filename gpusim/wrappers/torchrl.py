@@ -33,6 +33,7 @@ import torch
 
 from gpusim.env import Env
 from gpusim.errors import ConfigError, GpusimError
+from gpusim.wrappers import check_is_env
 
 try:
     from tensordict import TensorDict
@@ -47,9 +48,7 @@ DONE_KEYS = ("done", "terminated", "truncated")
 
 def to_torchrl(env: Env, **options) -> "TorchRLEnv":
     """`env` (a gpusim env) as a TorchRL env batched over its replicas; see `TorchRLEnv`."""
-    if not isinstance(env, Env):
-        raise GpusimError(f"to_torchrl takes a gpusim env (gpusim.make(...)), "
-                          f"got {type(env).__name__}")
+    check_is_env(env, "to_torchrl", continuous=False)
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
         raise ConfigError(f"unknown to_torchrl option {unknown[0]!r} "

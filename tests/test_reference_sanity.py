@@ -140,6 +140,30 @@ def test_acceleration_action_changes_acceleration():
     assert nxt4["direction"][0, 1] == expected
 
 
+def test_continuous_actions_are_the_changes_clipped_to_the_bounds():
+    cfg = TagContinuousConfig(num_taggers=1, num_runners=1, grid_length=10.0,
+                              continuous_actions=True)
+    state = make_state([1, 0], x=[1.0, 8.0], y=[1.0, 8.0], direction=[0.0, 5.0])
+    actions = np.array([[[0.0625, 0.5], [0.05, 2.0]]], dtype=np.float32)
+    nxt, *_ = reference.step(cfg, state, actions)
+    assert nxt["acceleration"][0].tolist() == [0.0625, np.float32(0.05)]
+    assert nxt["speed"][0].tolist() == [0.0625, np.float32(0.05)]
+    assert nxt["direction"][0, 0] == np.float32(0.5)
+    assert nxt["direction"][0, 1] == np.mod(np.float32(5.0) + np.float32(2.0), reference.TWO_PI)
+    # beyond the bounds: clipped to +-0.1 and +-2.356 (float32)
+    far = np.array([[[-7.0, 100.0], [1e9, -3.0]]])
+    nxt, *_ = reference.step(cfg, state, far)
+    assert nxt["acceleration"][0, 1] == np.float32(0.1) and nxt["speed"][0, 1] == np.float32(0.1)
+    assert nxt["speed"][0, 0] == 0.0 and nxt["acceleration"][0, 0] == 0.0  # -0.1: clipped at 0
+    assert nxt["direction"][0, 0] == np.float32(2.356)
+    assert nxt["direction"][0, 1] == np.mod(np.float32(5.0) - np.float32(2.356), reference.TWO_PI)
+    # the same values as discrete table entries give the same step
+    discrete = TagContinuousConfig(num_taggers=1, num_runners=1, grid_length=10.0)
+    want, *_ = reference.step(discrete, state, np.array([[[1, 20], [20, 1]]]))
+    for k in reference.STATE_KEYS:
+        np.testing.assert_array_equal(nxt[k], want[k])
+
+
 def test_obs_layout_three_agents():
     cfg = TagContinuousConfig(num_taggers=1, num_runners=2, grid_length=10.0,
                               num_other_agents_observed=2, episode_length=10)

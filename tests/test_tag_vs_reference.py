@@ -54,7 +54,9 @@ def assert_initial(state, config, rows):
     assert np.all(state["num_runners_left"][rows] == config.num_runners)
 
 
-def run_against_reference(backend, num_envs, steps, seed=0, refresh_every=25, **config):
+def run_against_reference(backend, num_envs, steps, seed=0, refresh_every=25,
+                          draw_actions=random_actions, **config):
+    """`draw_actions(env, rng)`: the actions of one step (uniform discrete by default)."""
     env = make_tag(num_envs=num_envs, backend=backend, seed=seed, **config)
     cfg = env.config
     rng = np.random.default_rng(seed + 17)
@@ -65,7 +67,7 @@ def run_against_reference(backend, num_envs, steps, seed=0, refresh_every=25, **
         if t % refresh_every == 0 and t:
             state = random_tag_state(cfg, num_envs, rng)
         env.set_state(state)
-        actions = random_actions(env, rng)
+        actions = draw_actions(env, rng)
         obs, reward, terminated, truncated, info = env.step(actions)
         want_state, want_obs, want_reward, want_term, want_trunc = ref.step(
             cfg, state, actions.cpu().numpy())

@@ -19,6 +19,8 @@ class TagContinuousConfig(EnvConfig):
     min_turn: float = -2.356                # smallest turn action (radians)
     num_acceleration_levels: int = 20       # acceleration choices besides the no-op
     num_turn_levels: int = 20               # turn choices besides the no-op
+    continuous_actions: bool = False        # act with floats (acceleration change, turn)
+                                            # in [min, max] instead of the levels
     skill_level_tagger: float = 1.0         # taggers' top speed, times max_speed
     skill_level_runner: float = 1.0         # runners' top speed, times max_speed
     max_speed: float = 1.0                  # top speed
@@ -50,6 +52,11 @@ class TagContinuousConfig(EnvConfig):
         require(self.min_acceleration <= self.max_acceleration, "min_acceleration",
                 "must not exceed max_acceleration")
         require(self.min_turn <= self.max_turn, "min_turn", "must not exceed max_turn")
+        if self.continuous_actions:  # the bounds of a Box: low < high
+            require(self.min_acceleration < self.max_acceleration, "min_acceleration",
+                    "must be below max_acceleration with continuous_actions")
+            require(self.min_turn < self.max_turn, "min_turn",
+                    "must be below max_turn with continuous_actions")
         require(self.num_acceleration_levels >= 1, "num_acceleration_levels",
                 "must be at least 1")
         require(self.num_turn_levels >= 1, "num_turn_levels", "must be at least 1")

@@ -4,7 +4,14 @@ Exact rules: README.md in this folder. Every phase below is a plain
 numba function of (env, agent, s, p) or (env, s, p); `s` holds the arrays,
 `p` the parameters. Cross-agent results are resolved in their own phases,
 each written by exactly one thread, so there are no racy updates.
+
+Actions are discrete (table indices, the default) or, with config key
+`continuous_actions`, a Box of (acceleration change, turn). Numba compiles
+per array layout and only one of `actions` / `continuous_actions` exists, so
+each mode has its own move phase (`move`, `move_continuous`, both calling
+`move_by`); `step_kernel_spec` swaps in the continuous one.
 """
+import dataclasses
 import math
 
 import numba
@@ -13,9 +20,10 @@ import torch
 
 from gpusim import rng
 from gpusim.arrays import ArraySpec
-from gpusim.errors import ArrayError
+from gpusim.errors import ArrayError, ConfigError
 from gpusim.env import Env
-from gpusim.kernels import agent_phase, env_phase
+from gpusim.kernels import KernelSpec, agent_phase, env_phase
+from gpusim.spaces import Box
 
 from .config import TagContinuousConfig
 from .measures import RunnerSurvival
@@ -48,6 +56,20 @@ def start_clock(env, s, p):
 # ---- step -------------------------------------------------------------------------
 @numba.jit(nopython=True)
 def move(env, agent, s, p):
+    """Discrete actions: indices into the acceleration and turn tables."""
+    move_by(env, agent, s, p, s.acc_table[s.actions[env, agent, 0]],
+            s.turn_table[s.actions[env, agent, 1]])
+
+
+@numba.jit(nopython=True)
+def move_continuous(env, agent, s, p):
+    """Continuous actions: the changes themselves (the step kernel clipped them first)."""
+    move_by(env, agent, s, p, s.continuous_actions[env, agent, 0],
+            s.continuous_actions[env, agent, 1])
+
+
+@numba.jit(nopython=True)
+def move_by(env, agent, s, p, acc_delta, turn_delta):
     """Spec steps 1-4, plus each agent's edge penalty and step reward."""
     s.tagged_by[env, agent] = -1
     s.reward[env, agent] = F32_ZERO
@@ -57,8 +79,8 @@ def move(env, agent, s, p):
         s.acceleration[env, agent] = F32_ZERO
         return
     is_tagger = s.agent_type[env, agent] == 1
-    direction = (s.direction[env, agent] + s.turn_table[s.actions[env, agent, 1]]) % TWO_PI
-    acceleration = s.acceleration[env, agent] + s.acc_table[s.actions[env, agent, 0]]
+    direction = (s.direction[env, agent] + turn_delta) % TWO_PI
+    acceleration = s.acceleration[env, agent] + acc_delta
     vmax = p.vmax_tagger if is_tagger else p.vmax_runner
     speed = min(max(s.speed[env, agent] + acceleration, F32_ZERO), vmax)
     if not (F32_ZERO < speed < vmax):
@@ -253,7 +275,11 @@ class TagContinuous(Env):
         self.time_limit = c.episode_length
         observed = c.num_agents - 1 if c.use_full_observation else c.num_other_agents_observed
         self.obs_dim = FEATURES * observed + 1
-        self.action_nvec = (c.num_acceleration_levels + 1, c.num_turn_levels + 1)
+        if c.continuous_actions:
+            self.action_box = Box(low=(c.min_acceleration, c.min_turn),
+                                  high=(c.max_acceleration, c.max_turn))
+        else:
+            self.action_nvec = (c.num_acceleration_levels + 1, c.num_turn_levels + 1)
         taggers = c.tagger_id_list
         self.policies = {"tagger": taggers,
                          "runner": tuple(i for i in range(c.num_agents) if i not in taggers)}
@@ -269,24 +295,51 @@ class TagContinuous(Env):
                      timestep=ArraySpec(i32, scope="env", state=True))
         scratch = dict(nbr_idx=ArraySpec(i32, (k,)), nbr_dist=ArraySpec(f32, (k,)),
                        tagged_by=ArraySpec(i32))
-        tables = dict(acc_table=ArraySpec(f32, (c.num_acceleration_levels + 1,), scope="global"),
-                      turn_table=ArraySpec(f32, (c.num_turn_levels + 1,), scope="global"),
-                      is_tagger=ArraySpec(i32, (c.num_agents,), scope="global"),
+        tables = dict(is_tagger=ArraySpec(i32, (c.num_agents,), scope="global"),
                       tagger_ids=ArraySpec(i32, (c.num_taggers,), scope="global"))
+        if not c.continuous_actions:  # discrete actions index these
+            tables.update(
+                acc_table=ArraySpec(f32, (c.num_acceleration_levels + 1,), scope="global"),
+                turn_table=ArraySpec(f32, (c.num_turn_levels + 1,), scope="global"))
         return {**state, **scratch, **tables}
 
     def initial_values(self):
         c = self.config
         is_tagger = np.zeros(c.num_agents, dtype=np.int32)
         is_tagger[list(c.tagger_id_list)] = 1
-        return {"acc_table": action_table(c.min_acceleration, c.max_acceleration,
-                                          c.num_acceleration_levels),
-                "turn_table": action_table(c.min_turn, c.max_turn, c.num_turn_levels),
-                "is_tagger": is_tagger,
-                "agent_type": np.tile(is_tagger, (self.num_envs, 1)),
-                "tagger_ids": np.asarray(c.tagger_id_list, dtype=np.int32),
-                "nbr_idx": np.full((self.num_envs, c.num_agents, c.num_other_agents_observed),
-                                   -1, dtype=np.int32)}
+        values = {"is_tagger": is_tagger,
+                  "agent_type": np.tile(is_tagger, (self.num_envs, 1)),
+                  "tagger_ids": np.asarray(c.tagger_id_list, dtype=np.int32),
+                  "nbr_idx": np.full((self.num_envs, c.num_agents, c.num_other_agents_observed),
+                                     -1, dtype=np.int32)}
+        if not c.continuous_actions:
+            values.update(acc_table=action_table(c.min_acceleration, c.max_acceleration,
+                                                 c.num_acceleration_levels),
+                          turn_table=action_table(c.min_turn, c.max_turn, c.num_turn_levels))
+        return values
+
+    def step_kernel_spec(self) -> KernelSpec:
+        """Discrete mode: the class's phases and CUDA C kernel. Continuous mode: the same
+        kernel with `move_continuous` in place of `move`, and no CUDA C kernel."""
+        spec = super().step_kernel_spec()
+        if not self.config.continuous_actions:
+            return spec
+        if self.backend.name == "cuda_c":
+            raise ConfigError("config key 'continuous_actions' is not supported by the cuda_c "
+                              "backend (tag_continuous.cu takes discrete actions); "
+                              "use backend numba or cpu")
+        swapped = 0
+        sections = []
+        for section in spec.sections:
+            phases = []
+            for phase in section.phases:
+                if phase.fn is move:
+                    phase = dataclasses.replace(phase, fn=move_continuous)
+                    swapped += 1
+                phases.append(phase)
+            sections.append(dataclasses.replace(section, phases=tuple(phases)))
+        assert swapped == 1, "the step kernel must hold the move phase exactly once"
+        return dataclasses.replace(spec, sections=tuple(sections), cuda_c=None, cuda_c_dir=None)
 
     render_arrays = ("loc_x", "loc_y", "direction", "still_in_game", "agent_type")
 

@@ -8,6 +8,11 @@ State format: a dict of numpy arrays for E replicas and N agents:
     loc_x, loc_y, speed, direction, acceleration : (E, N) float32
     still_in_game, agent_type                    : (E, N) int32 (agent_type 1 = tagger)
     num_runners_left, timestep                   : (E,)   int32
+
+Actions: (E, N, 2). Discrete (the default): integer indices into the
+acceleration and turn tables. With `config.continuous_actions`: floats, the
+acceleration change and the turn themselves, taken in float32 and clipped
+to [min_acceleration, max_acceleration] and [min_turn, max_turn].
 """
 from __future__ import annotations
 
@@ -28,8 +33,8 @@ TWO_PI = F32(2.0 * np.pi)
 ZERO = F32(0.0)
 NUM_FEATURES = 7
 
-__all__ = ["STATE_KEYS", "TWO_PI", "obs_dim", "action_tables", "observe", "step",
-           "TagContinuousConfig"]
+__all__ = ["STATE_KEYS", "TWO_PI", "obs_dim", "action_tables", "action_changes", "observe",
+           "step", "TagContinuousConfig"]
 
 
 # ----------------------------------------------------------------------------
@@ -59,6 +64,31 @@ def action_tables(config):
                  config.num_acceleration_levels)
     turn = _table(config.min_turn, config.max_turn, config.num_turn_levels)
     return acc, turn
+
+
+def action_changes(config, actions) -> tuple[np.ndarray, np.ndarray]:
+    """(acceleration change, turn) per agent, float32 (E, N) each, from (E, N, 2) actions.
+
+    Discrete: table lookups of the indices (out of range is an error).
+    Continuous: the floats in float32, clipped into [min, max] (NaN or inf is an error).
+    """
+    actions = np.asarray(actions)
+    if config.continuous_actions:
+        values = actions.astype(np.float32)
+        if not np.isfinite(values).all():
+            raise ValueError("continuous actions must be finite")
+        bounds = ((config.min_acceleration, config.max_acceleration),
+                  (config.min_turn, config.max_turn))
+        return tuple(np.clip(values[..., col], F32(lo), F32(hi)).astype(np.float32)
+                     for col, (lo, hi) in enumerate(bounds))
+    acc_table, turn_table = action_tables(config)
+    changes = []
+    for table, col, name in ((acc_table, 0, "acceleration"), (turn_table, 1, "turn")):
+        a = actions[..., col]
+        if a.size and (a.min() < 0 or a.max() >= len(table)):
+            raise ValueError(f"{name} action index out of range 0..{len(table) - 1}")
+        changes.append(table[a.astype(np.int64)])
+    return tuple(changes)
 
 
 def _copy_state(state) -> dict:
@@ -153,11 +183,7 @@ def step(config, state, actions):
     actions = np.asarray(actions)
     if actions.shape != (E, N, 2):
         raise ValueError(f"actions must have shape {(E, N, 2)}, got {actions.shape}")
-    acc_table, turn_table = action_tables(config)
-    for table, col, name in ((acc_table, 0, "acceleration"), (turn_table, 1, "turn")):
-        a = actions[..., col]
-        if a.size and (a.min() < 0 or a.max() >= len(table)):
-            raise ValueError(f"{name} action index out of range 0..{len(table) - 1}")
+    acc_change, turn_change = action_changes(config, actions)
 
     L = F32(config.grid_length)
     vmax_tagger = F32(config.max_speed) * F32(config.skill_level_tagger)
@@ -178,15 +204,13 @@ def step(config, state, actions):
         # --- steps 1-4: movement -------------------------------------------
         for i in range(N):
             alive = F32(s["still_in_game"][e, i])
-            a_acc = int(actions[e, i, 0])
-            a_turn = int(actions[e, i, 1])
 
             # 1. direction
-            d = F32(s["direction"][e, i] + turn_table[a_turn])
+            d = F32(s["direction"][e, i] + turn_change[e, i])
             s["direction"][e, i] = F32(np.mod(d, TWO_PI)) * alive
 
             # 2. acceleration
-            acc = F32(s["acceleration"][e, i] + acc_table[a_acc])
+            acc = F32(s["acceleration"][e, i] + acc_change[e, i])
 
             # 3. speed
             vmax = vmax_tagger if s["agent_type"][e, i] == 1 else vmax_runner

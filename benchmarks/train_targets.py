@@ -1,6 +1,8 @@
-"""Training targets, measured: cartpole time-to-solve (with SB3 side by side) and tag learning.
+"""Training targets, measured: cartpole and pendulum time-to-solve (with SB3 side by side)
+and tag learning.
 
     python benchmarks/train_targets.py cartpole --seeds 0 1 2
+    python benchmarks/train_targets.py pendulum --seeds 0 1 2
     python benchmarks/train_targets.py tag                 # train with the default config, then evaluate
     python benchmarks/train_targets.py tag --run RUN_DIR   # evaluate a finished run
 
@@ -9,6 +11,12 @@ cartpole: each run is a fresh process (`python -m gpusim.train --env cartpole
 episodes reaches 475; the wall time includes start-up and compilation.
 Stable-Baselines3's PPO with the rl-zoo CartPole-v1 hyperparameters runs the
 same way in its own process when it is installed.
+
+pendulum: the same for gpusim's PPO recipe (envs/pendulum/config.yaml), SAC
+(sac.yaml) and TD3 (td3.yaml), all stopping at a mean return of -200 over the
+last 100 episodes, next to Stable-Baselines3's SAC (rl-zoo's Pendulum-v1
+setting: learning rate 1e-3, the rest SB3's defaults) on gymnasium's own
+Pendulum-v1 with the same stopping rule, in its own process.
 
 tag: the taggers' tags per episode (= taggers' total return / tag reward,
 exact while the tagger step penalty is 0) of the trained policies against a
@@ -31,15 +39,18 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine  # noqa: E402
 
+# Stable-Baselines3 in its own process: argv is seed, target, step budget; the model is
+# built by one of the MODELS lines, and the run stops once the mean return over the last
+# 100 finished episodes reaches the target (gpusim's rule).
 SB3_SCRIPT = r"""
 import sys, time, numpy as np
 start = time.perf_counter()
-from stable_baselines3 import PPO
+from stable_baselines3 import PPO, SAC
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.callbacks import BaseCallback
-seed = int(sys.argv[1])
+seed, target, budget = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
 
-class StopAt475(BaseCallback):
+class StopAtTarget(BaseCallback):
     def __init__(self):
         super().__init__()
         self.returns = []
@@ -47,62 +58,90 @@ class StopAt475(BaseCallback):
         for info in self.locals["infos"]:
             if "episode" in info:
                 self.returns.append(info["episode"]["r"])
-        return not (len(self.returns) >= 100 and np.mean(self.returns[-100:]) >= 475)
+        return not self.solved()
+    def solved(self):
+        return len(self.returns) >= 100 and np.mean(self.returns[-100:]) >= target
 
 linear = lambda v: (lambda progress: progress * v)
-env = make_vec_env("CartPole-v1", n_envs=8, seed=seed)
-model = PPO("MlpPolicy", env, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98,
-            n_epochs=20, ent_coef=0.0, learning_rate=linear(0.001), clip_range=linear(0.2),
-            seed=seed, device="cpu", verbose=0)
-callback = StopAt475()
-model.learn(total_timesteps=100_000, callback=callback)
-solved = len(callback.returns) >= 100 and np.mean(callback.returns[-100:]) >= 475
-print(f"RESULT {solved} {model.num_timesteps} {time.perf_counter() - start:.2f}")
+MODEL
+callback = StopAtTarget()
+model.learn(total_timesteps=budget, callback=callback)
+print(f"RESULT {callback.solved()} {model.num_timesteps} {time.perf_counter() - start:.2f}")
 """
 
+MODELS = {  # rl-zoo's settings for these envs
+    "cartpole": 'env = make_vec_env("CartPole-v1", n_envs=8, seed=seed)\n'
+                'model = PPO("MlpPolicy", env, n_steps=32, batch_size=256, gae_lambda=0.8, '
+                'gamma=0.98, n_epochs=20, ent_coef=0.0, learning_rate=linear(0.001), '
+                'clip_range=linear(0.2), seed=seed, device="cpu", verbose=0)',
+    "pendulum": 'env = make_vec_env("Pendulum-v1", n_envs=1, seed=seed)\n'
+                'model = SAC("MlpPolicy", env, learning_rate=1e-3, seed=seed, device="cpu", '
+                'verbose=0)',
+}
 
-def cartpole_gpusim(seed):
+TARGETS = {"cartpole": 475, "pendulum": -200}
+
+
+def gpusim_run(env, seed, *extra):
+    """One `python -m gpusim.train` process on the CPU: (solved, env steps, wall s, split,
+    last iteration's env steps/s)."""
     with tempfile.TemporaryDirectory() as results:
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "gpusim.train", "--env", "cartpole", "--backend",
-                        "cpu", "--seed", str(seed), "--results_dir", results, "--quiet"],
+        subprocess.run([sys.executable, "-m", "gpusim.train", "--env", env, "--backend",
+                        "cpu", "--seed", str(seed), "--results_dir", results, "--quiet", *extra],
                        check=True, capture_output=True)
         wall = time.perf_counter() - start
         (run_dir,) = Path(results).iterdir()
         rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     last = rows[-1]
-    solved = last["episodes"] >= 100 and (last["episode_return/agent"] or 0) >= 475
+    solved = last["episodes"] >= 100 and (last["episode_return/agent"] or -1e9) >= TARGETS[env]
     return solved, last["env_steps"], wall, last["time_share/env"], last["time_share/forward"], \
         last["time_share/update"], last["env_steps_per_s"]
 
 
-def cartpole_sb3(seed):
+def sb3_run(env, seed, budget):
     try:
         import stable_baselines3  # noqa: F401
     except ImportError:
         return None
     start = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", SB3_SCRIPT, str(seed)], check=True,
-                         capture_output=True, text=True).stdout
+    script = SB3_SCRIPT.replace("MODEL", MODELS[env])
+    out = subprocess.run([sys.executable, "-c", script, str(seed), str(TARGETS[env]),
+                          str(budget)], check=True, capture_output=True, text=True).stdout
     wall = time.perf_counter() - start
     _, solved, steps, _ = next(line for line in out.splitlines() if line.startswith("RESULT")).split()
     return solved == "True", int(steps), wall
 
 
+def print_gpusim(label, seed, result):
+    solved, steps, wall, env_share, fwd_share, upd_share, rate = result
+    print(f"{label:14} {seed:>4} {str(solved):>6} {steps:>10,} {wall:>7.1f}   "
+          f"env {env_share:.0%} / forward {fwd_share:.0%} / update {upd_share:.0%}, "
+          f"{rate:,.0f} env steps/s (last iteration)", flush=True)
+
+
+def print_sb3(label, seed, result):
+    if result is None:
+        print(f"{label:14} {seed:>4}   stable-baselines3 not installed", flush=True)
+    else:
+        print(f"{label:14} {seed:>4} {str(result[0]):>6} {result[1]:>10,} {result[2]:>7.1f}",
+              flush=True)
+
+
 def run_cartpole(seeds):
-    print(f"{'impl':12} {'seed':>4} {'solved':>6} {'env steps':>10} {'wall s':>7}   split")
+    print(f"{'impl':14} {'seed':>4} {'solved':>6} {'env steps':>10} {'wall s':>7}   split")
     for seed in seeds:
-        solved, steps, wall, env_share, fwd_share, upd_share, rate = cartpole_gpusim(seed)
-        print(f"{'gpusim PPO':12} {seed:>4} {str(solved):>6} {steps:>10,} {wall:>7.1f}   "
-              f"env {env_share:.0%} / forward {fwd_share:.0%} / update {upd_share:.0%}, "
-              f"{rate:,.0f} env steps/s (last iteration)")
-        sys.stdout.flush()
-        sb3 = cartpole_sb3(seed)
-        if sb3 is None:
-            print(f"{'SB3 PPO':12} {seed:>4}   stable-baselines3 not installed")
-        else:
-            print(f"{'SB3 PPO':12} {seed:>4} {str(sb3[0]):>6} {sb3[1]:>10,} {sb3[2]:>7.1f}")
-        sys.stdout.flush()
+        print_gpusim("gpusim PPO", seed, gpusim_run("cartpole", seed))
+        print_sb3("SB3 PPO", seed, sb3_run("cartpole", seed, 100_000))
+
+
+def run_pendulum(seeds, algorithms):
+    print(f"{'impl':14} {'seed':>4} {'solved':>6} {'env steps':>10} {'wall s':>7}   split")
+    for seed in seeds:
+        for algorithm in algorithms:
+            print_gpusim(f"gpusim {algorithm.upper()}", seed,
+                         gpusim_run("pendulum", seed, "--algorithm", algorithm))
+        print_sb3("SB3 SAC", seed, sb3_run("pendulum", seed, 60_000))
 
 
 def train_tag(results_dir, extra):
@@ -143,7 +182,9 @@ def run_tag(run_dir, episodes):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("target", choices=["cartpole", "tag"])
+    parser.add_argument("target", choices=["cartpole", "pendulum", "tag"])
+    parser.add_argument("--algorithms", nargs="+", default=["ppo", "sac", "td3"],
+                        help="pendulum: gpusim's algorithms to time")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--run", help="tag: evaluate this run directory instead of training")
     parser.add_argument("--episodes", type=int, default=64)
@@ -154,6 +195,9 @@ def main(argv=None):
     print(f"torch threads: {torch.get_num_threads()}\n")
     if args.target == "cartpole":
         run_cartpole(args.seeds)
+        return
+    if args.target == "pendulum":
+        run_pendulum(args.seeds, args.algorithms)
         return
     run_dir = args.run
     if run_dir is None:

@@ -8,7 +8,7 @@ from gpusim.envs import builtin_names, env_class
 from gpusim.envs.tag_continuous.config import TagContinuousConfig
 from gpusim.errors import ConfigError
 from gpusim.scale.config import ScaleConfig
-from gpusim.training.config import PolicyConfig, TrainerConfig, recipe_path
+from gpusim.training.config import ALGORITHMS, PolicyConfig, TrainerConfig, recipe_path
 
 
 def test_env_defaults_are_the_dataclass_defaults():
@@ -39,12 +39,16 @@ def test_recipes_hold_only_what_differs_from_the_defaults(name):
     assert cls.name == name  # the folder name is the env's name
     defaults = {"env": cls.config_class(), "trainer": TrainerConfig(), "policy": PolicyConfig(),
                 "scale": ScaleConfig()}
-    for section, values in load_yaml(recipe_path(cls)).items():
-        fields = dataclasses.asdict(defaults[section])
-        for key, value in values.items():
-            default = fields[key]
-            same = list(default) == list(value) if isinstance(default, tuple) else default == value
-            assert not same, f"{name}/config.yaml repeats the default {section}.{key}"
+    recipes = [recipe_path(cls)] + [recipe_path(cls, a) for a in ALGORITHMS
+                                    if recipe_path(cls, a) != recipe_path(cls)]
+    for recipe in recipes:  # config.yaml, and the recipe of each algorithm that has one
+        for section, values in load_yaml(recipe).items():
+            fields = dataclasses.asdict(defaults[section])
+            for key, value in values.items():
+                default = fields[key]
+                same = list(default) == list(value) if isinstance(default, tuple) \
+                    else default == value
+                assert not same, f"{name}/{recipe.name} repeats the default {section}.{key}"
 
 
 @pytest.mark.parametrize("data, message", [

@@ -38,6 +38,7 @@ from gpusim.sizes import format_size, parse_size
 
 from .acceleration import forget_compiled
 from .config import RunConfig
+from .algorithms import make_trainer
 from .trainer import Trainer
 
 HEADLINE_SPEEDUP = 1.5  # what auto-scaling should gain over the config, or say why not
@@ -70,7 +71,7 @@ def training_trial(config: RunConfig, env_class, context, size_key: str, **fixed
     """Body of a throughput trial: train briefly with `size_key` set to the trial's value."""
     def body(value: int) -> dict:
         forget_compiled()
-        trainer = Trainer(with_sizes(config, **fixed, **{size_key: value}), env_class,
+        trainer = make_trainer(with_sizes(config, **fixed, **{size_key: value}), env_class,
                           context.alone())
         return measure_training(trainer, config.scale.trial_iterations)
     return body
@@ -112,7 +113,7 @@ def env_trial(config: RunConfig, env_class, context, steps: int):
 def iteration_trial(config: RunConfig, env_class, context, num_envs: int):
     """Body of a memory-objective batch trial: one full iteration with `rollout_len` steps."""
     def body(rollout_len: int) -> dict:
-        trainer = Trainer(with_sizes(config, num_envs=num_envs, rollout_len=rollout_len),
+        trainer = make_trainer(with_sizes(config, num_envs=num_envs, rollout_len=rollout_len),
                           env_class, context.alone())
         start = time.perf_counter()
         trainer.iterate(config.trainer.lr)

@@ -24,13 +24,15 @@ from gpusim.scale import distributed
 from gpusim.scale.device import DeviceContext
 
 from . import checkpoint
+from .algorithms import make_trainer
 from .autoscale import auto_scale
-from .config import config_reference, load_run_config, load_run_dir_config
+from .config import (ALGORITHMS, config_reference, load_run_config, load_run_dir_config,
+                     recipe_path)
 from .evaluate import evaluate
 from .logger import RunLogger, new_run_dir
-from .trainer import Stopped, Trainer
+from .trainer import Stopped
 
-FLAG_KEYS = {"backend": "trainer.backend", "num_envs": "trainer.num_envs",
+FLAG_KEYS = {"algorithm": "trainer.algorithm", "backend": "trainer.backend", "num_envs": "trainer.num_envs",
              "rollout_len": "trainer.rollout_len", "total_steps": "trainer.total_steps",
              "seed": "trainer.seed", "memory_budget": "scale.memory_budget"}
 
@@ -51,6 +53,9 @@ def parse_args(argv=None):
                                       "module:Class for your own")
     parser.add_argument("--config", help="YAML with env/trainer/policy/scale sections "
                                          "(default: the env's config.yaml)")
+    parser.add_argument("--algorithm", choices=ALGORITHMS,
+                        help="trainer.algorithm; the env's recipe for it is ALGORITHM.yaml "
+                             "beside its config.yaml, where it has one")
     parser.add_argument("--backend", choices=BACKEND_NAMES, help="trainer.backend")
     parser.add_argument("--num_envs", type=int, help="trainer.num_envs")
     parser.add_argument("--rollout_len", type=int, help="trainer.rollout_len")
@@ -100,8 +105,8 @@ def resolve_config(args):
         raise GpusimError("--env is required (or --resume RUN_DIR, or --config with env_name, "
                           "as a run directory's config.yaml has)")
     cls = env_class(name)
-    return cls, load_run_config(name, cls, path=args.config, overrides=overrides,
-                                sets=args.set)
+    path = args.config or recipe_path(cls, args.algorithm)
+    return cls, load_run_config(name, cls, path=path, overrides=overrides, sets=args.set)
 
 
 def main(argv=None) -> int:
@@ -182,7 +187,7 @@ def train(args, context) -> int:
         config.dump(run_dir / "config.yaml")
         print(f"run directory: {run_dir}", flush=True)
     try:
-        trainer = Trainer(config, cls, context, logger)
+        trainer = make_trainer(config, cls, context, logger)
         if context.is_main:
             t = config.trainer
             print(f"{config.env_name}: {context.world_size} x {t.num_envs} replicas x "

@@ -20,13 +20,16 @@ from gpusim.scale.config import ScaleConfig
 
 from .acceleration import COMPILE_MODES, PRECISIONS
 
-ALGORITHMS = ("ppo", "a2c")
+ON_POLICY = ("ppo", "a2c")
+OFF_POLICY = ("ddpg", "td3", "sac")
+ALGORITHMS = ON_POLICY + OFF_POLICY
 ACTIVATIONS = ("tanh", "relu")
 
 
 @dataclass(frozen=True)
 class TrainerConfig:
     algorithm: str = "ppo"         # ppo | a2c (one epoch, one minibatch: plain policy gradient)
+                                   # | ddpg | td3 | sac (off-policy, continuous actions)
     backend: str = "auto"          # auto (numba on a CUDA GPU, else cpu) | cpu | numba | cudasim
                                    # | cuda_c (alias pycuda)
     num_envs: int = 64             # env replicas per process
@@ -58,6 +61,23 @@ class TrainerConfig:
                                         # last 100 finished episodes reaches this
     torch_threads: int = 0         # CPU: the learner's threads (0: all the process's cores);
                                    # numba's env kernels get the rest (gpusim.scale.device)
+    # off-policy (ddpg, td3, sac); the PPO keys above (epochs, minibatches, clipping, GAE)
+    # do not apply to them
+    replay_size: int = 1_000_000   # transitions each process keeps per policy (a ring)
+    batch_size: int = 256          # transitions per gradient step, all processes together
+    replay_ratio: float = 1.0      # gradient steps per env step of one process
+    learning_starts: int = 5000    # env steps of uniformly random actions before learning
+    tau: float = 0.005             # target networks move this far towards the online ones
+    policy_delay: int = 2          # td3: critic steps per actor step (ddpg, sac: 1)
+    exploration_noise: float = 0.1  # ddpg, td3: Gaussian action noise, in half-ranges
+    target_noise: float = 0.2      # td3: noise on the target action, in half-ranges ...
+    noise_clip: float = 0.5        # ... clipped to +-this
+    sac_alpha: float | None = None  # sac: the entropy weight; null tunes it towards an
+                                    # entropy of -(action dims)
+    prioritized_replay: bool = False  # sample in proportion to |TD error|^priority_alpha
+    priority_alpha: float = 0.6    # how much priorities count (0: uniform)
+    priority_beta: float = 0.4     # importance-weight correction (1: full)
+    checkpoint_replay: bool = False  # checkpoints hold the replay buffers too (can be large)
 
     def check(self):
         require(self.algorithm in ALGORITHMS, "trainer.algorithm", f"must be one of {ALGORITHMS}")
@@ -73,13 +93,23 @@ class TrainerConfig:
                 "trainer.final_eval_episodes", "must be 0 (none) or at least 2")
         require(self.lr > 0, "trainer.lr", "must be positive")
         require(self.reward_scale > 0, "trainer.reward_scale", "must be positive")
+        for key in ("replay_size", "batch_size", "policy_delay"):
+            require(getattr(self, key) >= 1, f"trainer.{key}", "must be at least 1")
+        for key in ("replay_ratio", "learning_starts", "exploration_noise", "target_noise",
+                    "noise_clip", "priority_alpha", "priority_beta"):
+            require(getattr(self, key) >= 0, f"trainer.{key}", "must be >= 0")
+        require(0 < self.tau <= 1, "trainer.tau", "must lie in (0, 1]")
+        require(self.priority_beta <= 1, "trainer.priority_beta", "must lie in [0, 1]")
+        require(self.sac_alpha is None or self.sac_alpha >= 0, "trainer.sac_alpha",
+                "must be >= 0, or null (tuned)")
         require(0 <= self.gamma <= 1, "trainer.gamma", "must lie in [0, 1]")
         require(0 <= self.gae_lambda <= 1, "trainer.gae_lambda", "must lie in [0, 1]")
         require(self.clip_coef > 0, "trainer.clip_coef", "must be positive")
         for key in ("vf_coef", "ent_coef", "max_grad_norm", "torch_threads"):
             require(getattr(self, key) >= 0, f"trainer.{key}", "must be >= 0")
-        require(self.num_minibatches <= self.num_envs * self.rollout_len, "trainer.num_minibatches",
-                "must not exceed num_envs x rollout_len")
+        require(self.algorithm in OFF_POLICY
+                or self.num_minibatches <= self.num_envs * self.rollout_len,
+                "trainer.num_minibatches", "must not exceed num_envs x rollout_len")
         if self.algorithm == "a2c":
             require(self.update_epochs == 1 and self.num_minibatches == 1, "trainer.algorithm",
                     "a2c takes one gradient step per rollout: set update_epochs and "
@@ -107,6 +137,7 @@ class PolicyConfig:
                 "policy.hidden_sizes", "must be a non-empty list of positive sizes")
         require(self.activation in ACTIVATIONS, "policy.activation",
                 f"must be one of {ACTIVATIONS}")
+        require(-5.0 <= self.log_std_init <= 2.0, "policy.log_std_init", "must lie in [-5, 2]")
 
 
 @dataclass(frozen=True)
@@ -149,10 +180,14 @@ def config_reference() -> str:
     return "\n".join(lines)
 
 
-def recipe_path(env_class) -> Path | None:
-    """The env's training recipe: `config.yaml` beside the module defining its class, if any."""
-    path = Path(inspect.getfile(env_class)).with_name("config.yaml")
-    return path if path.is_file() else None
+def recipe_path(env_class, algorithm: str | None = None) -> Path | None:
+    """The env's training recipe, beside the module defining its class: `<algorithm>.yaml`
+    where the env has one for that algorithm, else `config.yaml`; None if neither exists."""
+    folder = Path(inspect.getfile(env_class)).parent
+    for name in ((f"{algorithm}.yaml",) if algorithm else ()) + ("config.yaml",):
+        if (folder / name).is_file():
+            return folder / name
+    return None
 
 
 def load_run_config(env_name: str, env_class, path=None, overrides: dict | None = None,

@@ -236,10 +236,7 @@ class Trainer:
         env = self.env
         self.precision = resolve_precision(t.precision, env.device)
         use_compile = compile_enabled(t.compile, env.device)
-        env.backend.check_fits(  # refuse before allocating
-            f"the rollout buffers ({t.rollout_len} steps x {env.num_envs:,} replicas x "
-            f"{env.num_agents} agents)", sum(buffer_bytes(spec, t.rollout_len, env.num_envs)
-                                             for spec in env.policy_specs.values()))
+        self._check_memory()
         self.groups = [self._policy_group(name, spec, use_compile)
                        for name, spec in env.policy_specs.items()]
         self.episode_log = EpisodeLog(env, t.rollout_len, len(self.groups))
@@ -267,6 +264,14 @@ class Trainer:
         self.recent = {g.name: collections.deque(maxlen=RECENT_EPISODES) for g in self.groups}
         self.episodes = 0
         self.finished = {}
+
+    def _check_memory(self):
+        """Refuse, before allocating, buffers that cannot fit."""
+        t, env = self.config.trainer, self.env
+        env.backend.check_fits(
+            f"the rollout buffers ({t.rollout_len} steps x {env.num_envs:,} replicas x "
+            f"{env.num_agents} agents)", sum(buffer_bytes(spec, t.rollout_len, env.num_envs)
+                                             for spec in env.policy_specs.values()))
 
     def _policy_group(self, name, spec, use_compile) -> PolicyGroup:
         env, config = self.env, self.config
@@ -313,7 +318,7 @@ class Trainer:
     # ---- rollout -------------------------------------------------------------------
     @torch.no_grad()
     def collect(self):
-        t_cfg, env, log = self.config.trainer, self.env, self.episode_log
+        t_cfg, env = self.config.trainer, self.env
         autocast = self.precision.autocast()
         for t in range(t_cfg.rollout_len):
             with self.timer("forward"):
@@ -334,12 +339,18 @@ class Trainer:
                 self.bootstrap.record(t, truncated, info["final_obs"])
                 if self.bootstrap.due(t):
                     self.bootstrap.flush(self.groups, autocast)
-                log.dones[t] = done
-                self.episode_return += reward if active is None else reward * active
-                for k, g in enumerate(self.groups):
-                    log.returns[t, k] = self.episode_return[:, g.agents].mean(1)
-                self.episode_return *= (~done).unsqueeze(1).to(reward.dtype)
+                self._record_episodes(t, reward, done, active)
         self.finished = self._finished_episodes()
+
+    def _record_episodes(self, t: int, reward, done, active):
+        """Add step t's rewards (of agents in play) to the running returns; log and restart
+        those of replicas that just finished."""
+        log = self.episode_log
+        log.dones[t] = done
+        self.episode_return += reward if active is None else reward * active
+        for k, g in enumerate(self.groups):
+            log.returns[t, k] = self.episode_return[:, g.agents].mean(1)
+        self.episode_return *= (~done).unsqueeze(1).to(reward.dtype)
 
     def _act(self, t: int, active, autocast):
         """Every policy's actions at step t, recorded in its buffer; what env.step takes."""
@@ -577,8 +588,7 @@ class Trainer:
 
         With several ranks this is a collective: every rank must call it.
         """
-        own = {"env_state": {k: v.cpu() for k, v in self.env.get_state(include_rng=True).items()},
-               "next_obs": self.next_obs.cpu(), "episode_return": self.episode_return.cpu()}
+        own = self._rank_state()
         ranks = dist.gather_to_main(own) if self.distributed else [own]
         if self.rank != 0:
             return None
@@ -594,6 +604,16 @@ class Trainer:
             "num_iterations": self.num_iterations,
             "ranks": ranks,
         }
+
+    def _rank_state(self) -> dict:
+        """What is this process's own: its replicas' state (gathered on rank 0)."""
+        return {"env_state": {k: v.cpu() for k, v in self.env.get_state(include_rng=True).items()},
+                "next_obs": self.next_obs.cpu(), "episode_return": self.episode_return.cpu()}
+
+    def _load_rank_state(self, own: dict):
+        self.env.set_state(own["env_state"])
+        self.next_obs.copy_(own["next_obs"])
+        self.episode_return.copy_(own["episode_return"])
 
     def load_state_dict(self, state: dict):
         """Continue from a checkpoint; one that does not fit this run is a GpusimError."""
@@ -620,9 +640,7 @@ class Trainer:
         for g in self.groups:
             g.model.load_state_dict(state["models"][g.name])
             g.optimizer.load_state_dict(state["optimizers"][g.name])
-        self.env.set_state(own["env_state"])
-        self.next_obs.copy_(own["next_obs"])
-        self.episode_return.copy_(own["episode_return"])
+        self._load_rank_state(own)
         self.shuffle.set_state(state["shuffle_rng"])
         torch.set_rng_state(state["torch_rng"])
         self.iteration = state["iteration"]

@@ -268,6 +268,7 @@ class TagContinuous(Env):
                    agent_phase(tag_runners), agent_phase(score), env_phase(finish))
     cuda_c_reset = "tag_continuous.cu:tag_continuous_reset"
     cuda_c_step = "tag_continuous.cu:tag_continuous_step"
+    agent_active_array = "still_in_game"  # a tagged runner is done (per-agent done)
 
     def setup(self, config):
         c = config

@@ -256,3 +256,15 @@ def test_pendulum_renders_and_adapts_to_gymnasium(tmp_path):
     pytest.importorskip("pettingzoo")
     with pytest.raises(GpusimError, match="discrete actions"):
         to_pettingzoo(mixed_env())
+
+
+def test_a2c_runs_on_box_actions_too():
+    from gpusim.envs import env_class
+    pendulum = env_class("pendulum")
+    t = Trainer(load_run_config("pendulum", pendulum, overrides={
+        "trainer.backend": "cpu", "trainer.algorithm": "a2c", "trainer.update_epochs": 1,
+        "trainer.num_minibatches": 1, "trainer.num_envs": 4, "trainer.rollout_len": 8,
+        "trainer.total_steps": 64, "trainer.target_return": None}), pendulum)
+    before = [p.clone() for p in t.groups[0].model.parameters()]
+    assert t.train()["iterations"] == 2
+    assert all(not torch.equal(a, b) for a, b in zip(before, t.groups[0].model.parameters()))

@@ -142,3 +142,13 @@ def test_two_gloo_ranks_keep_sac_parameters_identical(tmp_path):
     assert r0["replay"] == r1["replay"] == 4 * 8 * 2  # 2 iterations each (total_steps counts both)
     assert torch.equal(torch.as_tensor(r0["counts"]), torch.as_tensor(r1["counts"]))
     assert int(torch.as_tensor(r0["counts"]).sum()) == 16
+
+
+def test_an_off_policy_run_is_evaluated_with_its_actor(tmp_path):
+    from gpusim.training import evaluate as evaluation
+    assert run(tmp_path, "--total_steps", str(32 * 2), "--set", "env.max_episode_steps=20",
+               "--set", "trainer.final_eval_episodes=4") == 0
+    (run_dir,) = tmp_path.iterdir()
+    saved = json.loads((run_dir / "eval.json").read_text())
+    assert list(saved["pairings"]) == ["agent trained", "agent random"]
+    assert evaluation.main([str(run_dir), "--episodes", "2"]) == 0

@@ -26,8 +26,9 @@ from gpusim.errors import GpusimError
 from gpusim.sampler import ActionSampler
 
 from . import checkpoint
-from .config import load_run_dir_config
+from .config import OFF_POLICY, load_run_dir_config
 from .models import make_model
+from .offpolicy import OffPolicyModel
 
 Z95 = 1.96  # normal quantile of a two-sided 95% interval
 
@@ -49,8 +50,10 @@ def load_policies(run_dir, env) -> dict:
     _, config = load_run_dir_config(run_dir)
     models = {}
     for name, spec in env.policy_specs.items():
-        model = make_model(spec, config.policy).to(env.device)
-        model.load_state_dict(state["models"][name])
+        t = config.trainer
+        model = OffPolicyModel(spec, config.policy, t.algorithm, t.sac_alpha) \
+            if t.algorithm in OFF_POLICY else make_model(spec, config.policy)
+        model.to(env.device).load_state_dict(state["models"][name])
         models[name] = model.eval()
     return models
 

@@ -94,6 +94,13 @@ class OffPolicyModel(nn.Module):
         """[-1, 1] -> the env's Box."""
         return self.center + self.half_range * action
 
+    # what evaluation and rendering call (training.evaluate.Actors), as on a Gaussian head
+    def act(self, obs, deterministic: bool = False):
+        action, log_prob = self.actor(obs, deterministic)
+        return action, log_prob, None
+
+    squash = to_env
+
 
 class Optimizers:
     """A policy's optimizers under one name, so checkpoints treat them as one."""
@@ -298,8 +305,7 @@ class OffPolicyTrainer(Trainer):
         with torch.no_grad():
             for online, target in ((model.critics, model.target_critics),
                                    (model.actor, model.target_actor)):
-                for p, q in zip(online.parameters(), target.parameters()):
-                    q.lerp_(p, tau)
+                torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), tau)
 
     # ---- checkpoints: the replay shards, when asked ------------------------------------
     def _rank_state(self) -> dict:

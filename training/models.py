@@ -35,6 +35,15 @@ def mlp(sizes, activation, out_gain):
     return nn.Sequential(*layers)
 
 
+def tanh_gaussian_log_prob(mean, log_std, raw) -> torch.Tensor:
+    """log-density of tanh(raw), raw ~ N(mean, exp(log_std)), summed over the last dim:
+    the Gaussian's minus log(1 - tanh(raw)^2), written 2 (log 2 - u - softplus(-2u)) so it
+    stays finite for large |u|."""
+    gaussian = -0.5 * ((raw - mean) / log_std.exp()) ** 2 - log_std - 0.5 * math.log(2 * math.pi)
+    log_det = 2 * (math.log(2.0) - raw - F.softplus(-2 * raw))
+    return (gaussian - log_det).sum(-1)
+
+
 def make_model(spec, policy_config) -> nn.Module:
     """The model of one policy (a gpusim.spaces.PolicySpec) under the `policy` config."""
     hidden, activation = policy_config.hidden_sizes, policy_config.activation
@@ -123,11 +132,8 @@ class GaussianActorCritic(nn.Module):
         return self.center + self.half_range * torch.tanh(raw)
 
     def log_prob(self, mean, log_std, raw) -> torch.Tensor:
-        """log-density of the squashed action, summed over dimensions."""
-        gaussian = -0.5 * ((raw - mean) / log_std.exp()) ** 2 - log_std - 0.5 * math.log(2 * math.pi)
-        # log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)), stable for large |u|
-        log_det = 2 * (math.log(2.0) - raw - F.softplus(-2 * raw)) + torch.log(self.half_range)
-        return (gaussian - log_det).sum(-1)
+        """log-density of the env's action center + half_range * tanh(raw)."""
+        return tanh_gaussian_log_prob(mean, log_std, raw) - torch.log(self.half_range).sum()
 
     def act(self, obs: torch.Tensor, deterministic: bool = False):
         """What a rollout step needs: (raw action, its log-prob, value); the env takes

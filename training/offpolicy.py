@@ -27,12 +27,11 @@ import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from gpusim.errors import GpusimError
 
-from .models import LOG_STD_RANGE, mlp
+from .models import LOG_STD_RANGE, mlp, tanh_gaussian_log_prob
 from .replay import LOCAL, ReplayBuffer, TorchCollectives
 from .trainer import Trainer, agent_index
 
@@ -55,10 +54,7 @@ class Actor(nn.Module):
         mean, log_std = out.chunk(2, dim=-1)
         log_std = log_std.clamp(*LOG_STD_RANGE)
         raw = mean if deterministic else mean + log_std.exp() * torch.randn_like(mean)
-        gaussian = (-0.5 * ((raw - mean) / log_std.exp()) ** 2 - log_std
-                    - 0.5 * math.log(2 * math.pi))
-        log_det = 2 * (math.log(2.0) - raw - F.softplus(-2 * raw))  # log(1 - tanh(u)^2)
-        return torch.tanh(raw), (gaussian - log_det).sum(-1)
+        return torch.tanh(raw), tanh_gaussian_log_prob(mean, log_std, raw)
 
 
 class OffPolicyModel(nn.Module):
@@ -77,10 +73,9 @@ class OffPolicyModel(nn.Module):
         self.target_actor = copy.deepcopy(self.actor).requires_grad_(False)
         self.log_alpha = nn.Parameter(torch.tensor(math.log(alpha) if alpha else 0.0),
                                       requires_grad=algorithm == "sac" and alpha is None)
-        self.register_buffer("center", torch.tensor((*spec.actions.low,)).add(
-            torch.tensor(spec.actions.high)).div(2))
-        self.register_buffer("half_range", torch.tensor(spec.actions.high).sub(
-            torch.tensor(spec.actions.low)).div(2))
+        low, high = torch.tensor(spec.actions.low), torch.tensor(spec.actions.high)
+        self.register_buffer("center", (high + low) / 2)
+        self.register_buffer("half_range", (high - low) / 2)
 
     def q(self, critics, obs, action):
         """Each critic's Q(obs, action), stacked: (critics, rows)."""

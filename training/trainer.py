@@ -291,7 +291,8 @@ class Trainer:
     def _probe(self, group: PolicyGroup):
         """Compile the update's forward and backward now, so a compiler failure falls
         back before training (a backward compiled lazily could not fall back later)."""
-        obs, actions, _, _ = group.buffer.rows(torch.arange(8, device=self.env.device))
+        rows = min(8, group.buffer.rewards.numel())
+        obs, actions, _, _ = group.buffer.rows(torch.arange(rows, device=self.env.device))
         no_sync = group.train_model.no_sync() if self.distributed else contextlib.nullcontext()
         try:
             with no_sync, self.precision.autocast():
@@ -414,6 +415,8 @@ class Trainer:
             else buf.active.reshape(-1).nonzero().squeeze(1)  # one host sync per update
         batch = advantages.numel() if played is None else played.numel()
         minibatch = batch // t_cfg.num_minibatches
+        if played is not None and self.distributed:  # ranks skip together, or none does
+            minibatch = minibatch if dist.min_across(minibatch) > 0 else 0
         stats = torch.zeros(len(LOSS_STATS), device=advantages.device)
         if minibatch == 0:  # (nearly) nobody played: nothing to learn from
             return dict(zip(LOSS_STATS, stats.tolist()))

@@ -5,8 +5,10 @@
 //
 // Launch: grid = replicas, block = agents. Arguments: the sampler's arrays
 // (rng_state, actions, log_prob, nvec, offsets, probs), then its parameters
-// (argmax, log_space, num_components, width). With log_space, `probs` holds
-// log-probabilities. Each thread writes only its own agent's entries.
+// (argmax, log_space, num_components, width). `nvec` and `offsets` are
+// per-agent tables (num_agents x num_components; 0 choices: a component the
+// agent lacks). With log_space, `probs` holds log-probabilities. Each thread
+// writes only its own agent's entries.
 #include "gpusim_rng.cuh"
 
 // exp in double, rounded to float: the same weight as the portable sampler's.
@@ -27,8 +29,12 @@ extern "C" __global__ void __launch_bounds__(1024) sample_actions(
     gpusim_u64* rng = gpusim_stream(rng_state, env, agent, (int)blockDim.x);
     float drawn_log_prob = 0.0f;  // summed in float32, as torch sums the components
     for (int c = 0; c < num_components; ++c) {
-        const int start = offsets[c];
-        const int n = nvec[c];
+        const int start = offsets[agent * num_components + c];
+        const int n = nvec[agent * num_components + c];
+        if (n == 0) {  // a component this agent does not have
+            actions[row * num_components + c] = 0;
+            continue;
+        }
         float total = 0.0f;
         for (int k = 0; k < n; ++k)
             total += sampler_weight(p, start + k, log_space);

@@ -115,8 +115,10 @@ class Env:
         self.config = config if config is not None else self.config_class.load()
         self.setup(self.config)
         self.policy_specs = spaces.resolve(self)
-        self.action_nvec = next((p.actions for p in self.policy_specs.values()
-                                 if not p.continuous), ())
+        discrete = {p.actions for p in self.policy_specs.values() if not p.continuous}
+        # the action set every discrete policy shares; () if none, or if they differ
+        self.action_nvec = next(iter(discrete)) if len(discrete) == 1 else ()
+        self.discrete_width = max((len(nvec) for nvec in discrete), default=0)
         self.continuous_dim = max((p.action_width for p in self.policy_specs.values()
                                    if p.continuous), default=0)
         self.backend = backend if isinstance(backend, Backend) else get_backend(backend)
@@ -138,9 +140,10 @@ class Env:
         params = self.params()
         self._params = namedtuple_type("Params", tuple(params))(**params)
         self._nvec = torch.tensor(self.action_nvec, dtype=torch.int32, device=self.device)
-        self._max_action = self._nvec - 1
         self._policy_index = {name: torch.tensor(p.agent_ids, device=self.device)
                               for name, p in self.policy_specs.items()}
+        self._policy_nvec = {name: torch.tensor(p.actions, dtype=torch.int32, device=self.device)
+                             for name, p in self.policy_specs.items() if not p.continuous}
         views = self.arrays.views
         self._reset_kernel = self.backend.compile(self.reset_kernel_spec(), views, self._params)
         self._step_kernel = self.backend.compile(self.step_kernel_spec(), views, self._params)
@@ -208,8 +211,8 @@ class Env:
             "reset_mask": ArraySpec(torch.bool, scope="env"),
             "rng_state": ArraySpec(torch.uint64, (2,)),
         }
-        if self.action_nvec:
-            common["actions"] = ArraySpec(torch.int32, (len(self.action_nvec),))
+        if self.discrete_width:
+            common["actions"] = ArraySpec(torch.int32, (self.discrete_width,))
         if self.continuous_dim:  # bounds per agent, as policies may differ
             bounds = ArraySpec(torch.float32, (self.num_agents, self.continuous_dim),
                                scope="global")
@@ -261,8 +264,9 @@ class Env:
 
     @property
     def mixed_actions(self) -> bool:
-        """Whether some policies act discretely and others continuously."""
-        return bool(self.action_nvec) and bool(self.continuous_dim)
+        """Whether one tensor cannot hold every agent's actions: some policies act
+        discretely and others continuously, or discrete policies have different sets."""
+        return bool(self.discrete_width) and (bool(self.continuous_dim) or not self.action_nvec)
 
     def agent_active(self) -> torch.Tensor | None:
         """(num_envs, num_agents) bool: which agents are still in their episode, or None
@@ -351,7 +355,7 @@ class Env:
             self._write_policy_actions(actions)
             return
         if self.mixed_actions:
-            raise ArrayError(f"{self.name}'s policies act both discretely and continuously: "
+            raise ArrayError(f"{self.name}'s policies act in different action spaces: "
                              "pass actions as a dict policy name -> tensor")
         actions = _as_tensor(actions, "actions")
         if self.continuous_dim:
@@ -359,7 +363,8 @@ class Env:
                                    (self.num_envs, self.num_agents, self.continuous_dim))
         else:
             self._write_discrete(actions, slice(None), "actions",
-                                 (self.num_envs, self.num_agents, len(self.action_nvec)))
+                                 (self.num_envs, self.num_agents, len(self.action_nvec)),
+                                 self._nvec)
 
     def _write_policy_actions(self, actions: dict):
         if set(actions) != set(self.policy_specs):
@@ -372,7 +377,8 @@ class Env:
             if spec.continuous:
                 self._write_continuous(value, self._policy_index[name], what, shape)
             else:
-                self._write_discrete(value, self._policy_index[name], what, shape)
+                self._write_discrete(value, self._policy_index[name], what, shape,
+                                     self._policy_nvec[name])
 
     def _write_continuous(self, actions, agents, what, expected):
         if not actions.dtype.is_floating_point:
@@ -387,35 +393,37 @@ class Env:
         # out of bounds is allowed: the step kernel clips into the bounds
         self.arrays["continuous_actions"][:, agents, :expected[2]] = actions
 
-    def _write_discrete(self, actions, agents, what, expected):
+    def _write_discrete(self, actions, agents, what, expected, nvec):
         if actions.dtype.is_floating_point or actions.dtype.is_complex or actions.dtype == torch.bool:
             raise ArrayError(f"{what} must have an integer dtype, got {actions.dtype}")
         if tuple(actions.shape) != expected:
             raise ArrayError(f"{what} must have shape {expected} "
                              f"(num_envs, agents, len(action_nvec)), got {tuple(actions.shape)}")
         if isinstance(agents, slice):
-            self._check_or_clamp(actions, self.arrays["actions"], what)
+            self._check_or_clamp(actions, self.arrays["actions"], what, nvec)
             return
         some = torch.empty(expected, dtype=torch.int32, device=self.device)  # a policy's agents
-        self._check_or_clamp(actions, some, what)
-        self.arrays["actions"][:, agents] = some
+        self._check_or_clamp(actions, some, what, nvec)
+        self.arrays["actions"][:, agents, :expected[2]] = some
 
-    def _check_or_clamp(self, actions, buffer, what):
+    def _check_or_clamp(self, actions, buffer, what, nvec):
+        """Copy `actions` into `buffer`: refused when out of `nvec`'s range (check_actions),
+        else clamped into it."""
+        largest = nvec - 1
         if self.check_actions:  # in the given dtype: an int64 2**32 + 1 must not wrap to 1
-            nvec = self._nvec.to(actions.device)
-            bad = (actions < 0) | (actions >= nvec)
+            bad = (actions < 0) | (actions >= nvec.to(actions.device))
             if bool(bad.any()):
                 e, i, c = (int(v) for v in bad.nonzero()[0])
                 raise ArrayError(
                     f"action out of range: {what}[{e}, {i}, {c}] = {int(actions[e, i, c])}, "
-                    f"component {c} takes 0..{self.action_nvec[c] - 1}")
+                    f"component {c} takes 0..{int(largest[c])}")
             buffer.copy_(actions)
             return
         if actions.dtype != buffer.dtype:  # clamp before the narrowing copy, not after
-            actions = torch.minimum(actions.clamp(min=0), self._max_action.to(actions.device))
+            actions = torch.minimum(actions.clamp(min=0), largest.to(actions.device))
         buffer.copy_(actions)
         torch.clamp_(buffer, min=0)
-        torch.minimum(buffer, self._max_action, out=buffer)
+        torch.minimum(buffer, largest, out=buffer)
 
     def __repr__(self):
         return (f"<{type(self).__name__} num_envs={self.num_envs} num_agents={self.num_agents} "

@@ -3,6 +3,9 @@
 Each agent draws from its own RNG stream (the env's `rng_state`), so sampling
 is reproducible and identical on every backend. The same launch writes the
 log-probability of the drawn actions, so a trainer needs no gather after it.
+Agents of different policies may have different action sets: the choices
+per component are a per-agent table (0 for a component the agent lacks,
+and for every component of an agent that acts continuously).
 """
 from __future__ import annotations
 
@@ -37,9 +40,12 @@ def sample_agent(env, agent, s, p):
     Also writes the log-probability of the drawn actions, summed over components.
     """
     log_prob = numba.float32(0.0)  # summed in float32, as torch sums the components
-    for c in range(s.nvec.shape[0]):
-        start = s.offsets[c]
-        n = s.nvec[c]
+    for c in range(s.nvec.shape[1]):
+        start = s.offsets[agent, c]
+        n = s.nvec[agent, c]
+        if n == 0:  # a component this agent does not have
+            s.actions[env, agent, c] = 0
+            continue
         total = numba.float32(0.0)
         for k in range(n):
             total += _weight(s, p, env, agent, start + k)
@@ -79,25 +85,28 @@ SAMPLE_SPEC = KernelSpec.of("sample_actions", agent_phase(sample_agent),
 class ActionSampler:
     """`sampler.sample(probs)` -> (num_envs, num_agents, len(nvec)) int32 actions.
 
-    `probs` is (num_envs, num_agents, sum(action_nvec)) float32 on the env's
-    device: the components' probability vectors side by side (weights that
+    `probs` is (num_envs, num_agents, width) float32 on the env's device,
+    `width` the largest sum(nvec) of a discrete policy: an agent's
+    components' probability vectors side by side from entry 0 (weights that
     need not sum to 1), or with `log_space=True` their log-probabilities
-    (e.g. a policy's log-softmax, read without an exp pass over the tensor).
-    The returned tensor is the sampler's own buffer, overwritten by the next
-    call; so is `sampler.log_prob` (num_envs, num_agents): the log-probability
-    of the drawn actions under `probs`, summed over components (the given
-    values themselves in log space).
+    (e.g. a policy's log-softmax, read without an exp pass over the tensor);
+    entries beyond its own sum(nvec) are not read. The returned actions
+    (num_envs, num_agents, most components) are the sampler's own buffer,
+    overwritten by the next call (0 for components an agent lacks); so is
+    `sampler.log_prob` (num_envs, num_agents): the log-probability of the
+    drawn actions under `probs`, summed over components (the given values
+    themselves in log space; 0 for an agent that acts continuously).
     """
 
     def __init__(self, env):
         self.env = env
         self.backend = env.backend
-        nvec = np.asarray(env.action_nvec, dtype=np.int32)
+        nvec, offsets = agent_tables(env)
         self._nvec = torch.from_numpy(nvec).to(env.device)
-        self._offsets = torch.from_numpy(np.concatenate([[0], np.cumsum(nvec)[:-1]])
-                                         .astype(np.int32)).to(env.device)
-        self.width = int(nvec.sum())
-        self.actions = torch.zeros((env.num_envs, env.num_agents, len(nvec)),
+        self._offsets = torch.from_numpy(offsets).to(env.device)
+        self.width = max(1, int(nvec.sum(1).max()))
+        components = nvec.shape[1]
+        self.actions = torch.zeros((env.num_envs, env.num_agents, components),
                                    dtype=torch.int32, device=env.device)
         self.log_prob = torch.zeros((env.num_envs, env.num_agents), device=env.device)
         self._fixed = [self.backend.view(t) for t in
@@ -107,7 +116,7 @@ class ActionSampler:
         # The sizes ride along as parameters for the CUDA C kernel, which gets bare pointers.
         self._params_type = namedtuple_type(
             "SamplerParams", ("argmax", "log_space", "num_components", "width"))
-        self._sizes = (np.int32(len(nvec)), np.int32(self.width))
+        self._sizes = (np.int32(components), np.int32(self.width))
         # Compile for the argument types now (a tiny probs tensor has the same type).
         example_probs = torch.zeros((1, 1, self.width), device=env.device)
         self._kernel = self.backend.compile(
@@ -134,7 +143,22 @@ class ActionSampler:
             raise ArrayError(f"array 'probs' must have dtype torch.float32, got {probs.dtype}")
         if tuple(probs.shape) != expected:
             raise ArrayError(f"array 'probs' must have shape {expected} "
-                             f"(num_envs, num_agents, sum(action_nvec)), got {tuple(probs.shape)}")
+                             f"(num_envs, num_agents, sampler.width), got {tuple(probs.shape)}")
         arrays = self._arrays_type(*self._fixed, self.backend.view(probs))
         self._last = (probs, arrays)
         return arrays
+
+
+def agent_tables(env) -> tuple[np.ndarray, np.ndarray]:
+    """(nvec, offsets), each (num_agents, most components) int32: agent i's choices per
+    component and where each component starts in its row of `probs` (zeros where an
+    agent has no such component)."""
+    specs = [p for p in env.policy_specs.values() if not p.continuous]
+    components = max((len(p.actions) for p in specs), default=1)
+    nvec = np.zeros((env.num_agents, components), dtype=np.int32)
+    offsets = np.zeros_like(nvec)
+    for spec in specs:
+        ids = list(spec.agent_ids)
+        nvec[ids, :len(spec.actions)] = spec.actions
+        offsets[ids, :len(spec.actions)] = np.concatenate([[0], np.cumsum(spec.actions)[:-1]])
+    return nvec, offsets

@@ -10,7 +10,8 @@ resolves all of it into one `PolicySpec` per policy.
 
 On the device, discrete actions are the int32 array `actions` and continuous
 ones the float32 array `continuous_actions`, both (num_envs, num_agents,
-widest policy's width): a phase reads the one its agent's policy writes.
+widest policy's width): a phase reads the one its agent's policy writes, in
+the action set of that policy.
 Continuous actions are clipped to the agent's bounds inside the step kernel,
 before the env's phases read them.
 """
@@ -101,8 +102,4 @@ def resolve(env) -> dict:
             raise GpusimError(f"env {env.name}: policy {name!r} observes {obs_dim} entries; "
                               f"it must be 1..obs_dim ({env.obs_dim})")
         specs[name] = PolicySpec(tuple(sorted(int(i) for i in ids)), obs_dim, space)
-    discrete = {s.actions for s in specs.values() if not s.continuous}
-    if len(discrete) > 1:  # the sampler draws every agent's discrete action in one launch
-        raise GpusimError(f"env {env.name}: discrete policies must share one action_nvec, "
-                          f"got {sorted(discrete)}")
     return specs

@@ -111,3 +111,59 @@ class MixedTeam(Env):
         c = self.config
         return dict(episode_length=np.float32(c.episode_length),
                     goal_radius=np.float32(c.goal_radius), max_speed=np.float32(c.max_speed))
+
+
+@dataclass(frozen=True)
+class TwoSetsConfig(EnvConfig):
+    episode_length: int = 8    # steps before truncation
+
+    def check(self):
+        require(self.episode_length >= 1, "episode_length", "must be at least 1")
+
+
+@numba.jit(nopython=True)
+def score_choices(env, agent, s, p):
+    """Policy `pair` (agents 0, 1; 2 choices) earns 1 for choice 1; policy `triple`
+    (agent 2; 4 x 3 choices) earns a0 / 3 + a1 / 2: the largest choices pay best."""
+    if agent < 2:
+        s.reward[env, agent] = numba.float32(1.0 if s.actions[env, agent, 0] == 1 else 0.0)
+    else:
+        s.reward[env, agent] = numba.float32(s.actions[env, agent, 0] / 3.0
+                                             + s.actions[env, agent, 1] / 2.0)
+    s.obs[env, agent, 0] = numba.float32(agent)
+    s.obs[env, agent, 1] = numba.float32(s.timestep[env] + 1) / p.episode_length
+
+
+@numba.jit(nopython=True)
+def start_clock(env, agent, s, p):
+    s.timestep[env] = 0
+    s.obs[env, agent, 0] = numba.float32(agent)
+    s.obs[env, agent, 1] = numba.float32(0.0)
+
+
+@numba.jit(nopython=True)
+def tick(env, s, p):
+    s.timestep[env] += 1
+    s.terminated[env] = False
+    s.truncated[env] = s.timestep[env] >= p.episode_length
+
+
+class TwoSets(Env):
+    """Two discrete policies with different action sets (and component counts)."""
+    name = "two_sets"
+    config_class = TwoSetsConfig
+    reset_phases = (agent_phase(start_clock),)
+    step_phases = (agent_phase(score_choices), env_phase(tick))
+
+    def setup(self, config):
+        self.num_agents = 3
+        self.time_limit = config.episode_length
+        self.obs_dim = 2
+        self.policies = {"pair": (0, 1), "triple": (2,)}
+        self.policy_actions = {"pair": (2,), "triple": (4, 3)}
+
+    def array_specs(self):
+        return {"timestep": ArraySpec(torch.int32, scope="env", state=True)}
+
+    def params(self):
+        return dict(episode_length=np.float32(self.config.episode_length))

@@ -309,6 +309,23 @@ def sample_trajectory(env, trials):
     return out
 
 
+def test_cuda_c_sampler_with_per_agent_action_sets(host_backend):
+    """Policies with different action sets: per-agent tables, the same draws on both."""
+    import types
+    from mixed_team_env import TwoSets
+    cpu = TwoSets(num_envs=4, backend="cpu", seed=5)
+    host = types.SimpleNamespace(backend=host_backend, device=cpu.device, num_envs=4,
+                                 num_agents=3, policy_specs=cpu.policy_specs,
+                                 rng_state=cpu.rng_state.clone())
+    rng = np.random.default_rng(3)
+    trials = [(torch.from_numpy(rng.random((4, 3, 7)).astype(np.float32)), k % 3 == 2, False)
+              for k in range(9)]
+    for k, ((a, lp, s), (b, lq, t)) in enumerate(zip(sample_trajectory(host, trials),
+                                                     sample_trajectory(cpu, trials))):
+        assert torch.equal(a, b) and torch.equal(s, t) and torch.equal(lp, lq), f"trial {k}"
+        assert a[:, :2, 1].eq(0).all() and a[:, :2, 0].le(1).all()
+
+
 def test_cuda_c_sampler_matches_portable_sampler(host_backend):
     for config in (dict(num_taggers=1, num_runners=2, num_acceleration_levels=2,
                         num_turn_levels=3), dict(num_taggers=2, num_runners=5)):

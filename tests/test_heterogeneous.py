@@ -15,7 +15,7 @@ from gpusim.training.config import PolicyConfig, load_run_config
 from gpusim.training.models import GaussianActorCritic
 from gpusim.training.trainer import Trainer
 
-from mixed_team_env import MixedTeam
+from mixed_team_env import MixedTeam, TwoSets
 
 
 def mixed_env(num_envs=4, **kwargs):
@@ -102,7 +102,7 @@ def test_an_agent_leaves_play_while_its_team_goes_on():
     ({"action_box": Box((-1.0,), (1.0,))}, "not both"),
     ({"policy_obs_dim": {"glider": 4}}, "must be 1..obs_dim"),
     ({"policy_actions": {"nobody": (2,)}}, "are not policies"),
-    ({"policy_actions": {"glider": (2,), "stepper": (3,)}}, "share one action_nvec"),
+    ({"policy_actions": {"glider": (2, 0), "stepper": (3,)}}, "has no action space"),
 ])
 def test_inconsistent_spaces_are_refused(bad, message):
     class Broken(MixedTeam):
@@ -268,3 +268,41 @@ def test_a2c_runs_on_box_actions_too():
     before = [p.clone() for p in t.groups[0].model.parameters()]
     assert t.train()["iterations"] == 2
     assert all(not torch.equal(a, b) for a, b in zip(before, t.groups[0].model.parameters()))
+
+
+
+# ---- discrete policies with different action sets -----------------------------------------
+def test_discrete_policies_may_have_different_action_sets():
+    from gpusim.check import check_env
+    from gpusim.sampler import ActionSampler
+    env = TwoSets(num_envs=64, backend="cpu", seed=1)
+    assert env.mixed_actions and env.action_nvec == () and env.discrete_width == 2
+    assert check_env(env, steps=20, verbose=False, skip=("seeding",)).ok  # starts alike
+    sampler = ActionSampler(env)
+    assert sampler.width == 7  # the triple's 4 + 3 choices
+    actions = sampler.sample(torch.ones(64, 3, 7))
+    assert actions[:, :2, 0].max() == 1 and actions[:, :2, 1].eq(0).all()  # no 2nd component
+    assert actions[:, 2, 0].max() == 3 and actions[:, 2, 1].max() == 2
+    torch.testing.assert_close(sampler.log_prob[:, :2], torch.full((64, 2), -math.log(2)))
+    torch.testing.assert_close(sampler.log_prob[:, 2], torch.full((64,), -math.log(12)))
+    env.reset()
+    with pytest.raises(ArrayError, match=r"actions\['pair'\]\[0, 0, 0\] = 2"):
+        env.step({"pair": torch.full((64, 2, 1), 2, dtype=torch.int32),
+                  "triple": torch.zeros((64, 1, 2), dtype=torch.int32)})
+    cudasim = TwoSets(num_envs=2, backend="cudasim", seed=1)
+    probs = torch.rand(2, 3, 7, generator=torch.Generator().manual_seed(0))
+    here, there = ActionSampler(TwoSets(num_envs=2, backend="cpu", seed=1)), ActionSampler(cudasim)
+    assert torch.equal(here.sample(probs), there.sample(probs))
+    assert torch.equal(here.log_prob, there.log_prob)
+
+
+def test_policies_with_different_action_sets_learn():
+    t = Trainer(load_run_config("two_sets", TwoSets, overrides={
+        "trainer.backend": "cpu", "trainer.num_envs": 16, "trainer.rollout_len": 16,
+        "trainer.total_steps": 16 * 16 * 12, "trainer.lr": 3e-3}), TwoSets)
+    t.collect()
+    start = {name: np.mean(r) for name, r in t.finished.items()}
+    t.iteration = 0
+    end = t.train()["episode_return"]
+    # random: pair 0.5 x 8 = 4, triple (0.5 + 0.5) x 8 = 8; the best: 8 and 16
+    assert end["pair"] > start["pair"] + 1.5 and end["triple"] > start["triple"] + 3, (start, end)

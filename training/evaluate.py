@@ -68,9 +68,9 @@ class Actors:
         self.env = env
         self.models = models
         self.specs = env.policy_specs
-        self.sampler = ActionSampler(env) if env.action_nvec else None
+        self.sampler = ActionSampler(env) if env.discrete_width else None
         if self.sampler is not None:
-            self.probs = torch.ones((env.num_envs, env.num_agents, sum(env.action_nvec)),
+            self.probs = torch.ones((env.num_envs, env.num_agents, self.sampler.width),
                                     device=env.device)
         self.index = {name: torch.tensor(spec.agent_ids, device=env.device)
                       for name, spec in self.specs.items()}
@@ -84,14 +84,14 @@ class Actors:
             if spec.continuous:
                 actions[name] = self._continuous(spec, model, own, argmax)
             elif model is not None:
-                self.probs[:, rows] = torch.cat(model.log_probs(own), -1).exp()
+                self.probs[:, rows, :sum(spec.actions)] = torch.cat(model.log_probs(own), -1).exp()
         if self.sampler is None:
             return actions
         chosen = self.sampler.sample(self.probs, argmax=argmax)
-        if not self.env.continuous_dim:
+        if not (self.env.mixed_actions or self.env.continuous_dim):
             return chosen
-        actions.update({name: chosen[:, self.index[name]] for name, spec in self.specs.items()
-                        if not spec.continuous})
+        actions.update({name: chosen[:, self.index[name], :spec.action_width]
+                        for name, spec in self.specs.items() if not spec.continuous})
         return actions
 
     def _continuous(self, spec, model, obs, argmax):

@@ -242,10 +242,10 @@ class Trainer:
         self.episode_log = EpisodeLog(env, t.rollout_len, len(self.groups))
         # discrete policies: every agent's log-probabilities over its choices, side by
         # side, for the sampler, which draws them all in one launch
-        self.sampler = ActionSampler(env) if env.action_nvec else None
+        self.sampler = ActionSampler(env) if env.discrete_width else None
         if self.sampler is not None:
             self.choice_log_probs = torch.zeros(
-                (env.num_envs, env.num_agents, sum(env.action_nvec)), device=env.device)
+                (env.num_envs, env.num_agents, self.sampler.width), device=env.device)
         self.bootstrap = TruncationBootstrap(env, t.rollout_len, t.gamma)
         self.shuffle = torch.Generator().manual_seed(t.seed)
         self.timer = SectionTimer(env.device)
@@ -368,17 +368,18 @@ class Trainer:
                     buf.actions[t].copy_(raw)
                     policy_actions[g.name] = g.model.squash(buf.actions[t])
                 else:
-                    self.choice_log_probs[:, g.agents], buf.values[t] = g.act(obs)
+                    self.choice_log_probs[:, g.agents, :sum(g.spec.actions)], buf.values[t] = \
+                        g.act(obs)
         if self.sampler is None:
             return policy_actions
         # one launch draws every agent's discrete actions and their log-probability
         actions = self.sampler.sample(self.choice_log_probs, log_space=True)
         for g in self.groups:
             if not g.continuous:
-                g.buffer.actions[t].copy_(actions[:, g.agents])
+                g.buffer.actions[t].copy_(actions[:, g.agents, :g.spec.action_width])
                 g.buffer.log_probs[t].copy_(self.sampler.log_prob[:, g.agents])
-                policy_actions[g.name] = actions[:, g.agents]
-        return policy_actions if self.env.continuous_dim else actions
+                policy_actions[g.name] = g.buffer.actions[t]
+        return policy_actions if self.env.mixed_actions or self.env.continuous_dim else actions
 
     def _finished_episodes(self) -> dict:
         """One host read per iteration: per policy, returns of the episodes that just ended."""

@@ -35,7 +35,7 @@ def attributes(env) -> str:
             or not all(is_int_at_least(n, low=1) for n in nvec):
         problems.append(f"action_nvec must be a tuple of positive integers "
                         f"(choices per action component), got {nvec!r}")
-    elif not nvec and not getattr(env, "continuous_dim", 0):
+    elif not getattr(env, "discrete_width", 0) and not getattr(env, "continuous_dim", 0):
         problems.append("the env declares no actions: set action_nvec (discrete) or "
                         "action_box (continuous)")
     problems += _policy_problems(env)

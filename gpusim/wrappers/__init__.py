@@ -25,6 +25,9 @@ def check_is_env(env, adapter: str, continuous: bool = True):
     if not continuous and env.continuous_dim:
         raise GpusimError(f"{adapter} adapts envs with discrete actions; {env.name}'s are "
                           "continuous (to_gymnasium takes one-agent continuous envs)")
+    if not continuous and not env.action_nvec:
+        raise GpusimError(f"{adapter} adapts envs whose policies share one action set; "
+                          f"{env.name}'s policies have different ones")
     if any(p.obs_dim != env.obs_dim for p in env.policy_specs.values()):
         raise GpusimError(f"{adapter} adapts envs whose policies observe alike; {env.name}'s "
                           "policies have observations of different sizes")

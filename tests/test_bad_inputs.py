@@ -42,6 +42,8 @@ CLI_ROWS = [
     ("unknown --algorithm flag", CARTPOLE + ["--algorithm", "dqn"], {}, 2, "invalid choice: 'dqn'"),
     ("sac on discrete actions", CARTPOLE + ["--algorithm", "sac"], {}, 2,
      "needs continuous actions"),
+    ("auto_scale with sac", ["--env", "pendulum", "--backend", "cpu", "--algorithm", "sac",
+                             "--auto_scale"], {}, 2, "--auto_scale sizes on-policy rollouts"),
     ("tau zero", CARTPOLE + ["--set", "trainer.tau=0"], {}, 2, "'trainer.tau' must lie in"),
     ("negative sac_alpha", CARTPOLE + ["--set", "trainer.sac_alpha=-1"], {}, 2,
      "'trainer.sac_alpha' must be >= 0"),

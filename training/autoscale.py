@@ -37,7 +37,7 @@ from gpusim.scale.search import Searcher
 from gpusim.sizes import format_size, parse_size
 
 from .acceleration import forget_compiled
-from .config import RunConfig
+from .config import OFF_POLICY, RunConfig
 from .algorithms import make_trainer
 from .trainer import Trainer
 
@@ -311,4 +311,8 @@ class AutoScale:
 
 def auto_scale(config: RunConfig, env_class, context, log=print) -> RunConfig:
     """`config` with the picked sizes, and the search's report."""
+    if config.trainer.algorithm in OFF_POLICY:  # its cost is set by replay_ratio, not sizes
+        raise GpusimError(f"--auto_scale sizes on-policy rollouts (ppo, a2c); "
+                          f"{config.trainer.algorithm} sets its pace with trainer.replay_ratio "
+                          "and batch_size: drop --auto_scale")
     return AutoScale(config, env_class, context, log).run()

@@ -150,7 +150,7 @@ class OffPolicyTrainer(Trainer):
         if self.distributed:  # every rank starts from rank 0's weights
             for tensor in model.state_dict().values():
                 torch.distributed.broadcast(tensor, src=0)
-        adam = lambda params: torch.optim.Adam(params, lr=t.lr)  # noqa: E731
+        adam = lambda params: torch.optim.Adam(params, lr=t.lr, foreach=True)  # noqa: E731
         optimizers = Optimizers(actor=adam(model.actor.parameters()),
                                 critic=adam(model.critics.parameters()),
                                 alpha=adam([model.log_alpha]) if model.log_alpha.requires_grad
@@ -261,7 +261,9 @@ class OffPolicyTrainer(Trainer):
         if t.algorithm == "td3" and g.updates % t.policy_delay:
             return stats
         new_action, log_prob = model.actor(obs)
+        model.critics.requires_grad_(False)  # the actor's loss needs no critic weight grads
         q_new = model.q(model.critics, obs, new_action)
+        model.critics.requires_grad_(True)
         q_new = q_new.min(0).values if model.actor.stochastic else q_new[0]
         actor_loss = -q_new if log_prob is None else alpha * log_prob - q_new
         actor_loss = actor_loss.sum() / batch_size

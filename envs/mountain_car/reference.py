@@ -10,7 +10,9 @@ State format: a dict of numpy arrays for E replicas:
 """
 from __future__ import annotations
 
-import numpy as np
+import functools
+
+from gpusim.envs.gymnasium_reference import step_replicas
 
 STATE_KEYS = ("position", "velocity", "timestep")
 _PHYSICS = ("position", "velocity")
@@ -42,26 +44,8 @@ def step(config, state, actions, gym=None):
     velocity float64 (gymnasium's state after a step).
     """
     gym = gym_mountain_car(config) if gym is None else gym
-    actions = np.asarray(actions)
-    num_envs = len(state["position"])
-    if actions.shape != (num_envs, 1, 1):
-        raise ValueError(f"actions must have shape {(num_envs, 1, 1)}, got {actions.shape}")
-    obs = np.zeros((num_envs, 1, 2), dtype=np.float32)
-    reward = np.zeros((num_envs, 1), dtype=np.float32)
-    terminated = np.zeros(num_envs, dtype=bool)
-    truncated = np.zeros(num_envs, dtype=bool)
-    next_state = {k: np.zeros(num_envs, dtype=np.float64) for k in _PHYSICS}
-    timestep = np.asarray(state["timestep"], dtype=np.int32) + 1
-    for e in range(num_envs):
-        gym.state = np.array([state[k][e] for k in _PHYSICS], dtype=np.float64)
-        obs[e, 0], r, term, _, _ = gym.step(int(actions[e, 0, 0]))
-        for i, k in enumerate(_PHYSICS):
-            next_state[k][e] = gym.state[i]
-        reward[e, 0] = r
-        terminated[e] = term
-        truncated[e] = (not term) and timestep[e] >= config.max_episode_steps
-    next_state["timestep"] = timestep
-    return next_state, obs, reward, terminated, truncated
+    return step_replicas(gym, state, actions, _PHYSICS, 2, config.max_episode_steps,
+                         discrete=True)
 
 
 def check_env_reference(config):
@@ -69,8 +53,4 @@ def check_env_reference(config):
 
         check_env(env, reference=check_env_reference(env.config))
     """
-    gym = gym_mountain_car(config)
-
-    def reference(state, actions):
-        return step(config, state, actions, gym)
-    return reference
+    return functools.partial(step, config, gym=gym_mountain_car(config))

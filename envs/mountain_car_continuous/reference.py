@@ -16,7 +16,11 @@ State format: a dict of numpy arrays for E replicas:
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
+
+from gpusim.envs.gymnasium_reference import step_replicas
 
 STATE_KEYS = ("position", "velocity", "timestep")
 _PHYSICS = ("position", "velocity")
@@ -44,6 +48,10 @@ def gym_state(position, velocity, timestep):
     return np.array([position, velocity], dtype=np.float64 if timestep == 0 else np.float32)
 
 
+def _load_state(state, e):
+    return gym_state(state["position"][e], state["velocity"][e], state["timestep"][e])
+
+
 def step(config, state, actions, gym=None):
     """One step of every replica, without reset.
 
@@ -53,26 +61,8 @@ def step(config, state, actions, gym=None):
     velocity float64 (holding gymnasium's float32 state after the step).
     """
     gym = gym_mountain_car_continuous(config) if gym is None else gym
-    actions = np.asarray(actions, dtype=np.float32)
-    num_envs = len(state["position"])
-    if actions.shape != (num_envs, 1, 1):
-        raise ValueError(f"actions must have shape {(num_envs, 1, 1)}, got {actions.shape}")
-    obs = np.zeros((num_envs, 1, 2), dtype=np.float32)
-    reward = np.zeros((num_envs, 1), dtype=np.float32)
-    terminated = np.zeros(num_envs, dtype=bool)
-    truncated = np.zeros(num_envs, dtype=bool)
-    next_state = {k: np.zeros(num_envs, dtype=np.float64) for k in _PHYSICS}
-    timestep = np.asarray(state["timestep"], dtype=np.int32) + 1
-    for e in range(num_envs):
-        gym.state = gym_state(state["position"][e], state["velocity"][e],
-                              state["timestep"][e])
-        obs[e, 0], reward[e, 0], term, _, _ = gym.step(actions[e, 0])
-        for i, k in enumerate(_PHYSICS):
-            next_state[k][e] = gym.state[i]
-        terminated[e] = term
-        truncated[e] = (not term) and timestep[e] >= config.max_episode_steps
-    next_state["timestep"] = timestep
-    return next_state, obs, reward, terminated, truncated
+    return step_replicas(gym, state, actions, _PHYSICS, 2, config.max_episode_steps,
+                         discrete=False, load_state=_load_state)
 
 
 def check_env_reference(config):
@@ -80,8 +70,4 @@ def check_env_reference(config):
 
         check_env(env, reference=check_env_reference(env.config))
     """
-    gym = gym_mountain_car_continuous(config)
-
-    def reference(state, actions):
-        return step(config, state, actions, gym)
-    return reference
+    return functools.partial(step, config, gym=gym_mountain_car_continuous(config))

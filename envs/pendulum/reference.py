@@ -11,7 +11,9 @@ State format: a dict of numpy arrays for E replicas:
 """
 from __future__ import annotations
 
-import numpy as np
+import functools
+
+from gpusim.envs.gymnasium_reference import step_replicas
 
 STATE_KEYS = ("theta", "theta_dot", "timestep")
 _PHYSICS = ("theta", "theta_dot")
@@ -42,26 +44,8 @@ def step(config, state, actions, gym=None):
     float32, next_state's theta and theta_dot float64 (gymnasium's state).
     """
     gym = gym_pendulum(config) if gym is None else gym
-    actions = np.asarray(actions, dtype=np.float32)
-    num_envs = len(state["theta"])
-    if actions.shape != (num_envs, 1, 1):
-        raise ValueError(f"actions must have shape {(num_envs, 1, 1)}, got {actions.shape}")
-    obs = np.zeros((num_envs, 1, 3), dtype=np.float32)
-    reward = np.zeros((num_envs, 1), dtype=np.float32)
-    terminated = np.zeros(num_envs, dtype=bool)
-    truncated = np.zeros(num_envs, dtype=bool)
-    next_state = {k: np.zeros(num_envs, dtype=np.float64) for k in _PHYSICS}
-    timestep = np.asarray(state["timestep"], dtype=np.int32) + 1
-    for e in range(num_envs):
-        gym.state = np.array([state[k][e] for k in _PHYSICS], dtype=np.float64)
-        obs[e, 0], r, term, _, _ = gym.step(actions[e, 0])
-        for i, k in enumerate(_PHYSICS):
-            next_state[k][e] = gym.state[i]
-        reward[e, 0] = r
-        terminated[e] = term
-        truncated[e] = (not term) and timestep[e] >= config.max_episode_steps
-    next_state["timestep"] = timestep
-    return next_state, obs, reward, terminated, truncated
+    return step_replicas(gym, state, actions, _PHYSICS, 3, config.max_episode_steps,
+                         discrete=False)
 
 
 def check_env_reference(config):
@@ -69,8 +53,4 @@ def check_env_reference(config):
 
         check_env(env, reference=check_env_reference(env.config))
     """
-    gym = gym_pendulum(config)
-
-    def reference(state, actions):
-        return step(config, state, actions, gym)
-    return reference
+    return functools.partial(step, config, gym=gym_pendulum(config))

@@ -77,3 +77,38 @@ def np_rng():
 
 def make_tag(num_envs=4, backend="cpu", seed=0, **config):
     return gpusim.make("tag_continuous", num_envs=num_envs, backend=backend, seed=seed, **config)
+
+
+def step_matches_reference(env, reference, state, actions, physics, reward_atol=0.0):
+    """Inject `state`, take one step of `actions` on `env` and on `reference` (check_env's
+    protocol), and assert they agree: flags exactly, rewards within `reward_atol`, the
+    observation (a finished replica's final one) and the `physics` state within 1e-5.
+    Returns the reference's terminated flags."""
+    env.set_state(state)
+    want_state, want_obs, want_reward, want_term, want_trunc = reference(state, actions)
+    obs, reward, terminated, truncated, info = env.step(torch.from_numpy(actions))
+    done = want_term | want_trunc
+    assert np.array_equal(terminated.numpy(), want_term)
+    assert np.array_equal(truncated.numpy(), want_trunc)
+    np.testing.assert_allclose(reward.numpy(), want_reward, rtol=0, atol=reward_atol)
+    got = torch.where(torch.from_numpy(done)[:, None, None], info["final_obs"], obs)
+    np.testing.assert_allclose(got.numpy(), want_obs, rtol=0, atol=1e-5)
+    after = env.get_state()
+    for k in physics:
+        np.testing.assert_allclose(after[k].numpy()[~done], want_state[k][~done],
+                                   rtol=0, atol=1e-5)
+    return want_term
+
+
+def draw_one_frame(name):
+    """Draw a fresh replica of env `name` headless; returns the matplotlib axis."""
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    env = gpusim.make(name, num_envs=1, backend="cpu")
+    env.reset()
+    frame = {k: env.arrays[k][0].numpy() for k in env.render_arrays}
+    fig, ax = plt.subplots()
+    env.draw(ax, frame)
+    plt.close(fig)
+    return ax

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import gpusim
+from conftest import draw_one_frame, step_matches_reference
 from gpusim.check import check_env
 from gpusim.envs.acrobot.config import AcrobotConfig
 from gpusim.envs.acrobot.reference import check_env_reference
@@ -78,20 +79,8 @@ def test_nips_dynamics_and_other_constants_match_gymnasium():
     rng = np.random.default_rng(8)
     for _ in range(5):
         state = random_acrobot_state(rng, 16, MAX_STEPS)
-        env.set_state(state)
         actions = rng.integers(0, 3, (16, 1, 1)).astype(np.int32)
-        want_state, want_obs, want_reward, want_term, want_trunc = reference(state, actions)
-        obs, reward, terminated, truncated, info = env.step(torch.from_numpy(actions))
-        done = want_term | want_trunc
-        assert np.array_equal(terminated.numpy(), want_term)
-        assert np.array_equal(truncated.numpy(), want_trunc)
-        assert np.array_equal(reward.numpy(), want_reward)
-        got = torch.where(torch.from_numpy(done)[:, None, None], info["final_obs"], obs)
-        np.testing.assert_allclose(got.numpy(), want_obs, rtol=0, atol=1e-5)
-        after = env.get_state()
-        for k in PHYSICS:
-            np.testing.assert_allclose(after[k].numpy()[~done], want_state[k][~done],
-                                       rtol=0, atol=1e-5)
+        step_matches_reference(env, reference, state, actions, PHYSICS)
 
 
 def test_reset_state_matches_the_spec():
@@ -134,15 +123,7 @@ def test_bad_config_names_the_key(data, message):
 
 
 def test_draw_a_frame():
-    matplotlib = pytest.importorskip("matplotlib")
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    env = gpusim.make("acrobot", num_envs=1, backend="cpu")
-    env.reset()
-    frame = {k: env.arrays[k][0].numpy() for k in env.render_arrays}
-    fig, ax = plt.subplots()
-    env.draw(ax, frame)
-    plt.close(fig)
+    draw_one_frame("acrobot")
 
 
 def test_training_runs(tmp_path):

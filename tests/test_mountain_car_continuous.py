@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import gpusim
+from conftest import draw_one_frame, step_matches_reference
 from gpusim.check import check_env
 from gpusim.envs.mountain_car_continuous.config import MountainCarContinuousConfig
 from gpusim.envs.mountain_car_continuous.reference import check_env_reference
@@ -189,20 +190,8 @@ def test_reference_follows_the_config():
     for _ in range(10):
         state = random_mountain_car_state(rng, 32, 50)
         state["position"] = np.clip(state["position"], -1.0, 0.6)
-        env.set_state(state)
         actions = random_forces(rng, 32)
-        want_state, want_obs, want_reward, want_term, want_trunc = reference(state, actions)
-        obs, reward, terminated, truncated, info = env.step(torch.from_numpy(actions))
-        done = want_term | want_trunc
-        assert np.array_equal(terminated.numpy(), want_term)
-        assert np.array_equal(truncated.numpy(), want_trunc)
-        assert np.array_equal(reward.numpy(), want_reward)
-        got = torch.where(torch.from_numpy(done)[:, None, None], info["final_obs"], obs)
-        np.testing.assert_allclose(got.numpy(), want_obs, rtol=0, atol=1e-5)
-        after = env.get_state()
-        for k in PHYSICS:
-            np.testing.assert_allclose(after[k].numpy()[~done], want_state[k][~done],
-                                       rtol=0, atol=1e-5)
+        want_term = step_matches_reference(env, reference, state, actions, PHYSICS)
         seen_term += int(want_term.sum())
     assert seen_term > 0
 
@@ -309,13 +298,5 @@ def test_bad_config_names_the_key(data, message):
 
 
 def test_draw_a_frame():
-    matplotlib = pytest.importorskip("matplotlib")
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    env = gpusim.make("mountain_car_continuous", num_envs=1, backend="cpu")
-    env.reset()
-    frame = {k: env.arrays[k][0].numpy() for k in env.render_arrays}
-    fig, ax = plt.subplots()
-    env.draw(ax, frame)
+    ax = draw_one_frame("mountain_car_continuous")
     assert ax.lines and ax.patches
-    plt.close(fig)

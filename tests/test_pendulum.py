@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import gpusim
+from conftest import draw_one_frame, step_matches_reference
 from gpusim.check import check_env
 from gpusim.envs.pendulum.config import PendulumConfig
 from gpusim.envs.pendulum.reference import check_env_reference
@@ -132,21 +133,9 @@ def test_reference_follows_the_config():
     rng = np.random.default_rng(8)
     for _ in range(10):
         state = random_pendulum_state(rng, 32, 50)
-        env.set_state(state)
         actions = (rng.uniform(-2.0, 2.0, (32, 1, 1))).astype(np.float32)
-        want_state, want_obs, want_reward, want_term, want_trunc = reference(state, actions)
-        obs, reward, terminated, truncated, info = env.step(torch.from_numpy(actions))
-        done = want_term | want_trunc
-        assert np.array_equal(terminated.numpy(), want_term)
-        assert np.array_equal(truncated.numpy(), want_trunc)
-        np.testing.assert_allclose(reward.numpy(), want_reward, rtol=0, atol=1e-5)
-        got = torch.where(torch.from_numpy(done)[:, None, None], info["final_obs"], obs)
-        np.testing.assert_allclose(got.numpy(), want_obs, rtol=0, atol=1e-5)
-        after = env.get_state()
-        for k in PHYSICS:
-            np.testing.assert_allclose(after[k].numpy()[~done], want_state[k][~done],
-                                       rtol=0, atol=1e-5)
-        assert after["theta_dot"].abs().max() <= 6.0
+        step_matches_reference(env, reference, state, actions, PHYSICS, reward_atol=1e-5)
+        assert env.get_state()["theta_dot"].abs().max() <= 6.0
 
 
 def test_reset_state_matches_the_spec():
@@ -228,13 +217,5 @@ def test_bad_config_names_the_key(data, message):
 
 
 def test_draw_a_frame():
-    matplotlib = pytest.importorskip("matplotlib")
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    env = gpusim.make("pendulum", num_envs=1, backend="cpu")
-    env.reset()
-    frame = {k: env.arrays[k][0].numpy() for k in env.render_arrays}
-    fig, ax = plt.subplots()
-    env.draw(ax, frame)
+    ax = draw_one_frame("pendulum")
     assert ax.lines
-    plt.close(fig)

@@ -140,7 +140,7 @@ class Env:
         params = self.params()
         self._params = namedtuple_type("Params", tuple(params))(**params)
         self._nvec = torch.tensor(self.action_nvec, dtype=torch.int32, device=self.device)
-        self._policy_index = {name: torch.tensor(p.agent_ids, device=self.device)
+        self._policy_index = {name: spaces.agent_index(p.agent_ids, self.device)
                               for name, p in self.policy_specs.items()}
         self._policy_nvec = {name: torch.tensor(p.actions, dtype=torch.int32, device=self.device)
                              for name, p in self.policy_specs.items() if not p.continuous}
@@ -399,8 +399,9 @@ class Env:
         if tuple(actions.shape) != expected:
             raise ArrayError(f"{what} must have shape {expected} "
                              f"(num_envs, agents, len(action_nvec)), got {tuple(actions.shape)}")
-        if isinstance(agents, slice):
-            self._check_or_clamp(actions, self.arrays["actions"], what, nvec)
+        if isinstance(agents, slice):  # a view: checked or clamped in place
+            self._check_or_clamp(actions, self.arrays["actions"][:, agents, :expected[2]],
+                                 what, nvec)
             return
         some = torch.empty(expected, dtype=torch.int32, device=self.device)  # a policy's agents
         self._check_or_clamp(actions, some, what, nvec)

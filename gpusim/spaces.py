@@ -21,6 +21,8 @@ import math
 import numbers
 from dataclasses import dataclass
 
+import torch
+
 from gpusim.errors import GpusimError
 
 
@@ -73,6 +75,15 @@ class PolicySpec:
     @property
     def num_agents(self) -> int:
         return len(self.agent_ids)
+
+
+def agent_index(ids, device):
+    """How to index a policy's agents: a slice when the ids are contiguous (a view, no
+    copy), else a tensor of them."""
+    ids = sorted(ids)
+    if ids == list(range(ids[0], ids[-1] + 1)):
+        return slice(ids[0], ids[-1] + 1)
+    return torch.tensor(ids, dtype=torch.long, device=device)
 
 
 def resolve(env) -> dict:

@@ -30,10 +30,11 @@ import torch
 from torch import nn
 
 from gpusim.errors import GpusimError
+from gpusim.spaces import agent_index
 
 from .models import LOG_STD_RANGE, mlp, tanh_gaussian_log_prob
 from .replay import LOCAL, ReplayBuffer, TorchCollectives
-from .trainer import Trainer, agent_index
+from .trainer import Trainer
 
 OFF_POLICY_STATS = ("policy_loss", "value_loss", "entropy", "alpha")
 

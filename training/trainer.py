@@ -40,6 +40,7 @@ import torch
 
 from gpusim.errors import GpusimError, describe
 from gpusim.sampler import ActionSampler
+from gpusim.spaces import agent_index
 from gpusim.scale import distributed as dist
 from gpusim.scale.device import DeviceContext
 
@@ -125,13 +126,6 @@ class PolicyGroup:
     def observe(self, obs: torch.Tensor) -> torch.Tensor:
         """This policy's view of the env's obs array: its agents, its entries."""
         return obs[:, self.agents, :self.spec.obs_dim]
-
-
-def agent_index(ids, device):
-    ids = sorted(ids)
-    if ids == list(range(ids[0], ids[-1] + 1)):
-        return slice(ids[0], ids[-1] + 1)  # a view, no copy
-    return torch.tensor(ids, dtype=torch.long, device=device)
 
 
 def buffer_bytes(spec, rollout_len: int, num_envs: int) -> int:

@@ -1,4 +1,12 @@
-"""Shared test helpers: random tag_continuous states and env construction."""
+"""Shared test helpers: random tag_continuous states, env construction, and tests that
+run in a child process."""
+import functools
+import os
+import re
+import signal
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -112,3 +120,40 @@ def draw_one_frame(name):
     env.draw(ax, frame)
     plt.close(fig)
     return ax
+
+
+IN_CHILD = "GPUSIM_TEST_IN_CHILD"
+
+
+def in_child_process(test):
+    """Run `test` in a fresh pytest process of its own.
+
+    For tests whose outcome depends on the CPU's instruction set (bf16): a
+    hardware fault (SIGILL, exit 132) then fails this one test with a clear
+    message instead of ending the whole suite. A skip in the child is a skip here.
+    """
+    @functools.wraps(test)
+    def run(*args, **kwargs):
+        if os.environ.get(IN_CHILD):
+            return test(*args, **kwargs)
+        node = os.environ["PYTEST_CURRENT_TEST"].rsplit(" ", 1)[0]
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", node],
+            env={**os.environ, IN_CHILD: "1"}, capture_output=True, text=True, timeout=600)
+        if done.returncode in (-signal.SIGILL, 128 + signal.SIGILL):
+            pytest.fail(f"{node} died by SIGILL (an illegal instruction: this CPU faults "
+                        "on a path torch took)", pytrace=False)
+        output = done.stdout + done.stderr
+        skipped = re.search(r"SKIPPED \[\d+\] [^:]+:\d+: (.*)", output)
+        if done.returncode == 0 and skipped:
+            pytest.skip(skipped.group(1))
+        assert done.returncode == 0, f"{node} failed in its child process:\n{output[-3000:]}"
+    return run
+
+
+def needs_cpu_bf16():
+    """Skip, with the probe's findings, where no bf16 path runs on this CPU at all."""
+    from gpusim import cpu_bf16
+    result = cpu_bf16.probe(os.environ.get(cpu_bf16.ISA_VAR) or None)
+    if not result.any_works:
+        pytest.skip(f"no bf16 path runs on this CPU: {result.outcomes}")

@@ -11,6 +11,8 @@ from gpusim.training import acceleration
 from gpusim.training.config import load_run_config
 from gpusim.training.trainer import Trainer
 
+from conftest import in_child_process, needs_cpu_bf16
+
 CARTPOLE = env_class("cartpole")
 
 
@@ -65,8 +67,10 @@ def test_minibatch_rows_are_capped(monkeypatch):
     assert seen == [50, 50, 28, 50, 50, 28]
 
 
+@in_child_process
 def test_bf16_autocast_gradients_agree_with_fp32():
     """bf16 matmuls, fp32 weights and reductions: the gradient's direction is the fp32 one."""
+    needs_cpu_bf16()
     fp32 = cartpole_trainer(precision="fp32", algorithm="a2c", update_epochs=1,
                             num_minibatches=1)
     fp32.collect()
@@ -85,7 +89,9 @@ def test_bf16_autocast_gradients_agree_with_fp32():
         assert cosine > 0.99 and relative < 0.1, (float(cosine), float(relative))
 
 
+@in_child_process
 def test_precision_resolution():
+    needs_cpu_bf16()
     cpu = torch.device("cpu")
     assert acceleration.resolve_precision("auto", cpu).name == "fp32"
     assert acceleration.resolve_precision("bf16", cpu).name == "bf16"

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from gpusim import cpu_bf16
 from gpusim.errors import ConfigError, describe
 
 PRECISIONS = ("auto", "fp32", "tf32", "bf16")
@@ -33,7 +34,9 @@ class Precision:
 
 
 def resolve_precision(choice: str, device: torch.device) -> Precision:
-    """`auto`: bf16 on a CUDA GPU that supports it, else fp32. tf32 needs a CUDA GPU."""
+    """`auto`: bf16 on a CUDA GPU that supports it, else fp32 (faster on the CPUs measured:
+    docs/benchmarks.md). tf32 needs a CUDA GPU. bf16 on the CPU is checked first
+    (gpusim.cpu_bf16): it runs, or the run stops with one line saying why."""
     cuda = device.type == "cuda"
     bf16_ok = not cuda or torch.cuda.is_bf16_supported()
     if choice == "auto":
@@ -48,6 +51,8 @@ def resolve_precision(choice: str, device: torch.device) -> Precision:
     if choice == "bf16" and not bf16_ok:
         raise ConfigError("config key 'trainer.precision' bf16 is not supported by this GPU "
                           "(use tf32 or fp32)")
+    if choice == "bf16" and not cuda:  # some CPUs die by SIGILL in oneDNN's bf16 kernels
+        cpu_bf16.prepare(announce=lambda line: print(line, file=sys.stderr, flush=True))
     return Precision(choice, device.type)
 
 

@@ -25,6 +25,7 @@ from gpusim.scale.device import DeviceContext
 
 from . import checkpoint
 from .algorithms import make_trainer
+from .acceleration import resolve_precision
 from .autoscale import auto_scale
 from .config import (ALGORITHMS, config_reference, load_run_config, load_run_dir_config,
                      recipe_path)
@@ -174,6 +175,8 @@ def train(args, context) -> int:
     context.bind(config.trainer.backend, quiet=args.quiet,
                  torch_threads=config.trainer.torch_threads)
     distributed.init(context, config.scale.timeout_s, config.scale.collective_timeout_s)
+    # before anything is written: bf16 on a CPU that cannot run it stops here, in one line
+    resolve_precision(config.trainer.precision, context.device)
     if args.auto_scale:
         config = auto_scale(config, cls, context)
     state = checkpoint.load_latest(Path(args.resume) / "checkpoints") if args.resume else None

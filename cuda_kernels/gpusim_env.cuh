@@ -37,7 +37,8 @@ __device__ __forceinline__ gpusim_u64* gpusim_my_stream(gpusim_u64* rng_state)
 
 // The end of a step kernel, after the step's last barrier: a replica whose
 // step terminated or truncated it is marked in reset_mask, keeps its last
-// observation in final_obs, and is reset by `reset` (the reset phases, with
+// observation in final_obs (and, with per-agent done, whether each agent was
+// still in play in final_active), and is reset by `reset` (the reset phases, with
 // their barriers) in the same launch. reset_mask is written by thread 0 and
 // read by every thread after a barrier, so the branch is the same in the
 // whole block and its barriers are safe.
@@ -52,6 +53,9 @@ __device__ void gpusim_auto_reset(const Args& a, int obs_dim, Reset reset)
         const long long row = gpusim_row() * obs_dim;
         for (int k = 0; k < obs_dim; ++k)
             a.final_obs[row + k] = a.obs[row + k];
+#ifdef GPUSIM_HAS_FINAL_ACTIVE  // per-agent done: who was still in play at the end
+        a.final_active[gpusim_row()] = a.agent_active[gpusim_row()];
+#endif
         __syncthreads();
         reset();
     }

@@ -75,7 +75,10 @@ class DeviceArrays:
         return sum(int(np.prod(spec.full_shape(num_envs, num_agents), dtype=object))
                    * torch.empty((), dtype=spec.dtype).element_size() for spec in specs.values())
 
-    def __init__(self, specs: dict, num_envs: int, num_agents: int, backend):
+    def __init__(self, specs: dict, num_envs: int, num_agents: int, backend,
+                 aliases: dict | None = None):
+        """`aliases`: extra kernel-view names for arrays of `specs` (alias -> array name),
+        so gpusim's own phases can read an env's array under a fixed name."""
         for name, spec in specs.items():
             if spec.scope not in _SCOPES:
                 raise ArrayError(f"array '{name}' has unknown scope '{spec.scope}'")
@@ -84,9 +87,10 @@ class DeviceArrays:
         self.tensors = {name: torch.zeros(spec.full_shape(num_envs, num_agents),
                                           dtype=spec.dtype, device=backend.device)
                         for name, spec in self.specs.items()}
-        fields = tuple(self.specs)
+        aliases = aliases or {}
+        fields = tuple(self.specs) + tuple(aliases)
         self.views = namedtuple_type("Arrays", fields)(
-            *(backend.view(self.tensors[n]) for n in fields))
+            *(backend.view(self.tensors[aliases.get(n, n)]) for n in fields))
 
     def __getitem__(self, name) -> torch.Tensor:
         return self.tensors[name]

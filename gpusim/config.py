@@ -78,21 +78,24 @@ def field_help(cls) -> dict:
     (continued on comment-only lines below it), for `--help`; "" where there is none."""
     fields = {f.name for f in dataclasses.fields(cls)}
     found = {}
-    current = None
-    try:
-        source = textwrap.dedent(inspect.getsource(cls))
-    except (OSError, TypeError):
-        return {name: "" for name in fields}
-    for line in source.splitlines():
-        code, _, comment = line.partition("#")
-        match = re.match(r"\s+(\w+)\s*:", code)
-        if match and match.group(1) in fields:
-            current = match.group(1)
-            found[current] = comment.strip()
-        elif current and not code.strip() and comment:  # a comment line continues it
-            found[current] = f"{found[current]} {comment.strip()}".strip()
-        else:
-            current = None
+    for owner in reversed(cls.__mro__):  # a subclass's comment on a field it redefines wins
+        if owner is object or not dataclasses.is_dataclass(owner):
+            continue
+        try:
+            source = textwrap.dedent(inspect.getsource(owner))
+        except (OSError, TypeError):
+            continue
+        current = None
+        for line in source.splitlines():
+            code, _, comment = line.partition("#")
+            match = re.match(r"\s+(\w+)\s*:", code)
+            if match and match.group(1) in fields:
+                current = match.group(1)
+                found[current] = comment.strip()
+            elif current and not code.strip() and comment:  # a comment line continues it
+                found[current] = f"{found[current]} {comment.strip()}".strip()
+            else:
+                current = None
     return {name: found.get(name, "") for name in (f.name for f in dataclasses.fields(cls))}
 
 

@@ -38,7 +38,7 @@ from gpusim import rng, spaces
 from gpusim.arrays import ArraySpec, DeviceArrays, namedtuple_type
 from gpusim.backends import Backend, get_backend
 from gpusim.errors import ArrayError, ConfigError, GpusimError
-from gpusim.kernels import KernelSpec, Section, agent_phase
+from gpusim.kernels import KernelSpec, Section, agent_phase, env_phase
 
 
 def _gymnasium_spaces():
@@ -81,6 +81,17 @@ def save_final_obs(env, agent, s, p):
         s.final_obs[env, agent, k] = s.obs[env, agent, k]
 
 
+@numba.jit(nopython=True)
+def save_final_active(env, agent, s, p):
+    s.final_active[env, agent] = s.agent_active[env, agent]
+
+
+@numba.jit(nopython=True)
+def save_final_state(env, s, p):
+    for k in range(s.state.shape[1]):
+        s.final_state[env, k] = s.state[env, k]
+
+
 class Env:
     name = ""
     config_class = None
@@ -101,6 +112,15 @@ class Env:
     policy_obs_dim: dict | None = None  # policies that observe fewer entries (gpusim.spaces)
     policy_actions: dict | None = None  # policies that act differently
     agent_active_array: str | None = None  # per-agent done: nonzero while the agent plays
+    # action masks: an agent-scope array, (sum of the choices of the agent's discrete
+    # components) wide, nonzero where a choice is legal now; the env's phases keep it
+    # current (written with the observation, for the next step)
+    action_mask_array: str | None = None
+    # the replica's global state for a centralized critic (policy.critic: central): with
+    # `state_dim` set in setup, gpusim adds an env-scope float32 array `state` of that
+    # width that the env's phases write with the observation (and keeps `final_state` as
+    # it keeps `final_obs`); without it, every agent's observation in agent order
+    state_dim: int | None = None
     # True: the step kernel leaves continuous actions as given and the env's phases clip
     # them (an env whose reward charges the raw action, as MountainCarContinuous does)
     raw_continuous_actions: bool = False
@@ -132,7 +152,9 @@ class Env:
         specs = self._all_specs()
         self.backend.check_fits(f"the arrays of {num_envs:,} {self.name} replicas",
                                 DeviceArrays.nbytes(specs, num_envs, self.num_agents))
-        self.arrays = DeviceArrays(specs, num_envs, self.num_agents, self.backend)
+        # gpusim's own phases read the env's activity array as `agent_active`
+        aliases = {"agent_active": self.agent_active_array} if self.agent_active_array else {}
+        self.arrays = DeviceArrays(specs, num_envs, self.num_agents, self.backend, aliases)
         for name, value in {**self._action_bounds(), **self.initial_values()}.items():
             self.arrays.write(name, value)
         self.arrays["rng_state"].copy_(rng.seed_streams(num_envs, self.num_agents, self.seed,
@@ -184,7 +206,10 @@ class Env:
 
     def step_kernel_spec(self) -> KernelSpec:
         cls = type(self)
-        auto_reset = Section((agent_phase(save_final_obs),) + tuple(cls.reset_phases),
+        save = (agent_phase(save_final_obs),) + \
+            ((agent_phase(save_final_active),) if self.agent_active_array else ()) + \
+            ((env_phase(save_final_state),) if self.state_dim else ())
+        auto_reset = Section(save + tuple(cls.reset_phases),
                              guard=replica_done)
         clip = (agent_phase(clip_continuous_actions),) \
             if self.continuous_dim and not self.raw_continuous_actions else ()
@@ -213,6 +238,9 @@ class Env:
         }
         if self.discrete_width:
             common["actions"] = ArraySpec(torch.int32, (self.discrete_width,))
+        if self.state_dim:
+            common["state"] = ArraySpec(torch.float32, (self.state_dim,), scope="env")
+            common["final_state"] = ArraySpec(torch.float32, (self.state_dim,), scope="env")
         if self.continuous_dim:  # bounds per agent, as policies may differ
             bounds = ArraySpec(torch.float32, (self.num_agents, self.continuous_dim),
                                scope="global")
@@ -227,6 +255,16 @@ class Env:
                                    or not own[active].state):
             raise ArrayError(f"agent_active_array {active!r} must name an agent-scope state "
                              "array of the env")
+        if active is not None:  # its value when the replica ended, kept as final_obs is
+            common["final_active"] = ArraySpec(own[active].dtype)
+        mask = self.action_mask_array
+        width = max((sum(p.actions) for p in self.policy_specs.values() if not p.continuous),
+                    default=0)
+        if mask is not None and (mask not in own or own[mask].scope != "agent"
+                                 or tuple(own[mask].shape) != (width,)):
+            raise ArrayError(f"action_mask_array {mask!r} must name an agent-scope array of "
+                             f"the env, {width} wide (the largest sum of a discrete policy's "
+                             "choices)")
         return {**common, **own}
 
     def _action_bounds(self) -> dict:
@@ -275,6 +313,30 @@ class Env:
             return None
         return self.arrays[self.agent_active_array] != 0
 
+    def final_active(self) -> torch.Tensor | None:
+        """(num_envs, num_agents) bool: in the replicas that just finished
+        (info["reset_mask"]), which agents were still in play when they ended; None
+        without per-agent done."""
+        if self.agent_active_array is None:
+            return None
+        return self.arrays["final_active"] != 0
+
+    def action_mask(self) -> torch.Tensor | None:
+        """(num_envs, num_agents, width) bool: which discrete choices are legal now (each
+        agent's components side by side), or None when the env declares no mask."""
+        if self.action_mask_array is None:
+            return None
+        return self.arrays[self.action_mask_array] != 0
+
+    def global_state(self, final: bool = False) -> torch.Tensor:
+        """(num_envs, state size) float32, a centralized critic's input: the env's `state`
+        array, or every agent's observation in agent order; `final`: the state in which
+        the replicas that just finished ended (final_state, final_obs)."""
+        if self.state_dim:
+            return self.arrays["final_state" if final else "state"]
+        obs = self.arrays["final_obs" if final else "obs"]
+        return obs.reshape(obs.shape[0], -1)
+
     @property
     def rng_state(self) -> torch.Tensor:
         """The (num_envs, num_agents, 2) uint64 RNG streams, shared with the action sampler."""
@@ -294,20 +356,24 @@ class Env:
         self._launch(self._reset_kernel)
         return self.arrays["obs"]
 
-    def step(self, actions):
+    def step(self, actions=None):
         """Advance every replica one step; finished replicas are reset automatically.
 
         `actions`: a tensor (num_envs, num_agents, width) of every agent's
         actions, integers for discrete envs and floats for continuous ones;
         or a dict policy name -> (num_envs, that policy's agents, its width),
-        in the order of its `agent_ids` (needed when policies act differently).
+        in the order of its `agent_ids` (needed when policies act differently);
+        or None: the actions were already written into `arrays["actions"]` /
+        `arrays["continuous_actions"]` (as gpusim's actors and a sampler made with
+        `into_env=True` do), and are used as they are.
 
         Returns (obs, reward, terminated, truncated, info), all tensors on
         `env.device`. They are the env's own buffers, overwritten by the next
         step: clone what you keep. `info["final_obs"][e]` holds the last
         observation of replica e where `info["reset_mask"][e]` is true.
         """
-        self._write_actions(actions)
+        if actions is not None:
+            self._write_actions(actions)
         self._launch(self._step_kernel)
         a = self.arrays
         torch.logical_or(a["terminated"], a["truncated"], out=a["reset_mask"])

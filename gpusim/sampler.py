@@ -98,7 +98,9 @@ class ActionSampler:
     themselves in log space; 0 for an agent that acts continuously).
     """
 
-    def __init__(self, env):
+    def __init__(self, env, into_env: bool = False):
+        """`into_env`: draw straight into the env's own `actions` array (then step with
+        `env.step()`), instead of a buffer of the sampler's own."""
         self.env = env
         self.backend = env.backend
         nvec, offsets = agent_tables(env)
@@ -106,8 +108,9 @@ class ActionSampler:
         self._offsets = torch.from_numpy(offsets).to(env.device)
         self.width = max(1, int(nvec.sum(1).max()))
         components = nvec.shape[1]
-        self.actions = torch.zeros((env.num_envs, env.num_agents, components),
-                                   dtype=torch.int32, device=env.device)
+        self.actions = env.arrays["actions"] if into_env else \
+            torch.zeros((env.num_envs, env.num_agents, components), dtype=torch.int32,
+                        device=env.device)
         self.log_prob = torch.zeros((env.num_envs, env.num_agents), device=env.device)
         self._fixed = [self.backend.view(t) for t in
                        (env.rng_state, self.actions, self.log_prob, self._nvec, self._offsets)]

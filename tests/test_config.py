@@ -8,7 +8,8 @@ from gpusim.envs import builtin_names, env_class
 from gpusim.envs.tag_continuous.config import TagContinuousConfig
 from gpusim.errors import ConfigError
 from gpusim.scale.config import ScaleConfig
-from gpusim.training.config import ALGORITHMS, PolicyConfig, TrainerConfig, recipe_path
+from gpusim.training.algorithms import ALGORITHMS
+from gpusim.training.config import PolicyConfig, TrainerConfig, recipe_path
 
 
 def test_env_defaults_are_the_dataclass_defaults():
@@ -22,6 +23,7 @@ def test_help_lists_every_config_key_with_its_default_and_description(capsys):
         parse_args(["--help"])
     text = capsys.readouterr().out
     classes = [TrainerConfig, PolicyConfig, ScaleConfig] + \
+        [cls.Config for cls in ALGORITHMS.values()] + \
         [env_class(name).config_class for name in builtin_names()]
     for cls in classes:
         defaults = dataclasses.asdict(cls())
@@ -37,13 +39,18 @@ def test_recipes_hold_only_what_differs_from_the_defaults(name):
     """Defaults are written once: a recipe key equal to its dataclass default is a copy."""
     cls = env_class(name)
     assert cls.name == name  # the folder name is the env's name
-    defaults = {"env": cls.config_class(), "trainer": TrainerConfig(), "policy": PolicyConfig(),
-                "scale": ScaleConfig()}
     recipes = [recipe_path(cls)] + [recipe_path(cls, a) for a in ALGORITHMS
                                     if recipe_path(cls, a) != recipe_path(cls)]
     for recipe in recipes:  # config.yaml, and the recipe of each algorithm that has one
-        for section, values in load_yaml(recipe).items():
-            fields = dataclasses.asdict(defaults[section])
+        data = load_yaml(recipe)
+        algorithm = ALGORITHMS[(data.get("trainer") or {}).get("algorithm", "ppo")]
+        defaults = {"env": dataclasses.asdict(cls.config_class()),
+                    "trainer": {**dataclasses.asdict(TrainerConfig()),
+                                **dataclasses.asdict(algorithm.Config())},
+                    "policy": dataclasses.asdict(PolicyConfig()),
+                    "scale": dataclasses.asdict(ScaleConfig())}
+        for section, values in data.items():
+            fields = defaults[section]
             for key, value in values.items():
                 default = fields[key]
                 same = list(default) == list(value) if isinstance(default, tuple) \

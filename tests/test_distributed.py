@@ -50,7 +50,7 @@ def ddp_worker(out_dir):
     """One rank: train a few iterations, then save what the test compares."""
     from gpusim.scale.device import DeviceContext
     from gpusim.training.config import load_run_config
-    from gpusim.training.trainer import Trainer
+    from gpusim.training.loop import Trainer
     context = DeviceContext.from_environment()
     context.bind("cpu", quiet=True)
     distributed.init(context, timeout_s=60)
@@ -59,7 +59,7 @@ def ddp_worker(out_dir):
     trainer = Trainer(config, CartPole, context)
     first_rng = trainer.env.rng_state.clone()
     summary = trainer.train()
-    torch.save({"params": {g.name: g.model.state_dict() for g in trainer.groups},
+    torch.save({"params": {g.name: g.model.state_dict() for g in trainer.algorithm.groups},
                 "first_rng": first_rng, "summary": summary,
                 "state": trainer.state_dict()},
                Path(out_dir) / f"rank{context.rank}.pt")
@@ -113,7 +113,7 @@ def test_two_cpu_processes_through_the_cli_and_resume(tmp_path):
 class FailingCartPole(CartPole):
     """Raises on rank 1 (replicas offset from 0) at its fifth step."""
 
-    def step(self, actions):
+    def step(self, actions=None):
         self.calls = getattr(self, "calls", 0) + 1
         if self.env_offset > 0 and self.calls == 5:
             raise RuntimeError("injected failure on the second rank")

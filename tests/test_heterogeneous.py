@@ -13,7 +13,8 @@ from gpusim.errors import ArrayError, GpusimError
 from gpusim.spaces import Box
 from gpusim.training.config import PolicyConfig, load_run_config
 from gpusim.training.models import GaussianActorCritic
-from gpusim.training.trainer import Trainer
+from gpusim.training.algorithms.ppo import PPO
+from gpusim.training.loop import Trainer
 
 from mixed_team_env import MixedTeam, TwoSets
 
@@ -159,8 +160,8 @@ def test_policy_config_for_continuous_heads():
 # ---- training ---------------------------------------------------------------------------
 def test_rollout_marks_per_agent_done_and_trains_only_on_agents_in_play(monkeypatch):
     t = trainer()
-    t.collect()
-    glider, stepper = (g.buffer for g in t.groups)
+    t.algorithm.collect(0)
+    glider, stepper = (g.buffer for g in t.algorithm.groups)
     assert glider.obs.shape[-1] == 2 and stepper.obs.shape[-1] == 3
     assert glider.actions.dtype == torch.float32 and stepper.actions.dtype == torch.int32
     # an agent that left play is done at that step, and inactive until its replica resets
@@ -168,23 +169,23 @@ def test_rollout_marks_per_agent_done_and_trains_only_on_agents_in_play(monkeypa
     assert bool(left.any()) and bool(glider.dones[:-1][left].all())
     assert not bool(glider.active.all())
     seen = []
-    original = Trainer._loss
+    original = PPO._loss
 
     def spy(self, group, rows, adv, returns):
         seen.append((group.name, rows))
         return original(self, group, rows, adv, returns)
-    monkeypatch.setattr(Trainer, "_loss", spy)
-    for g in t.groups:
-        t.update(g, 1e-3)
+    monkeypatch.setattr(PPO, "_loss", spy)
+    for g in t.algorithm.groups:
+        t.algorithm._update_policy(g, 1e-3)
     for name, rows in seen:
-        buffer = next(g.buffer for g in t.groups if g.name == name)
+        buffer = next(g.buffer for g in t.algorithm.groups if g.name == name)
         assert bool(buffer.active.reshape(-1)[rows].all())
 
 
 def test_two_policies_with_different_spaces_learn():
     t = trainer(total_steps=16 * 32 * 14, lr=1e-3)
-    t.collect()
-    random_returns = {name: np.mean(r) for name, r in t.finished.items()}
+    t.algorithm.collect(0)
+    random_returns = {name: np.mean(r) for name, r in t.algorithm.episodes.finished().items()}
     t.iteration = 0
     summary = t.train()
     for name, start in random_returns.items():  # a random walker rarely finds its goal
@@ -229,16 +230,17 @@ def test_a_mixed_run_is_evaluated_with_trained_and_random_policies(tmp_path):
 
 
 def test_random_continuous_actions_stay_in_bounds_and_greedy_ones_are_the_mean():
-    from gpusim.training.evaluate import Actors
+    from gpusim.training.actors import Actors
     from gpusim.training.models import make_model
     env = mixed_env(num_envs=64)
     obs = env.reset()
-    actions = Actors(env, {})(obs)
-    assert actions["glider"].abs().max() <= 0.2 and actions["glider"].std() > 0.05
+    gliders = env.arrays["continuous_actions"][:, :2, :2]  # the env's own action array
+    Actors(env, {}).act(obs)
+    assert gliders.abs().max() <= 0.2 and gliders.std() > 0.05
     model = make_model(env.policy_specs["glider"], PolicyConfig())
-    greedy = Actors(env, {"glider": model})(obs, argmax=True)["glider"]
+    Actors(env, {"glider": model}).act(obs, deterministic=True)
     mean, _ = model.distribution(obs[:, :2, :2])
-    torch.testing.assert_close(greedy, model.squash(mean))
+    torch.testing.assert_close(gliders, model.squash(mean))
 
 
 def test_pendulum_renders_and_adapts_to_gymnasium(tmp_path):
@@ -265,9 +267,9 @@ def test_a2c_runs_on_box_actions_too():
         "trainer.backend": "cpu", "trainer.algorithm": "a2c", "trainer.update_epochs": 1,
         "trainer.num_minibatches": 1, "trainer.num_envs": 4, "trainer.rollout_len": 8,
         "trainer.total_steps": 64, "trainer.target_return": None}), pendulum)
-    before = [p.clone() for p in t.groups[0].model.parameters()]
+    before = [p.clone() for p in t.algorithm.groups[0].model.parameters()]
     assert t.train()["iterations"] == 2
-    assert all(not torch.equal(a, b) for a, b in zip(before, t.groups[0].model.parameters()))
+    assert all(not torch.equal(a, b) for a, b in zip(before, t.algorithm.groups[0].model.parameters()))
 
 
 
@@ -300,8 +302,8 @@ def test_policies_with_different_action_sets_learn():
     t = Trainer(load_run_config("two_sets", TwoSets, overrides={
         "trainer.backend": "cpu", "trainer.num_envs": 16, "trainer.rollout_len": 16,
         "trainer.total_steps": 16 * 16 * 12, "trainer.lr": 3e-3}), TwoSets)
-    t.collect()
-    start = {name: np.mean(r) for name, r in t.finished.items()}
+    t.algorithm.collect(0)
+    start = {name: np.mean(r) for name, r in t.algorithm.episodes.finished().items()}
     t.iteration = 0
     end = t.train()["episode_return"]
     # random: pair 0.5 x 8 = 4, triple (0.5 + 0.5) x 8 = 8; the best: 8 and 16

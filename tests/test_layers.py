@@ -77,7 +77,7 @@ def imported_modules(path: Path, module: str, is_package: bool):
 
 def test_source_files_are_found():
     modules = {module for _, module, _ in source_files()}
-    assert {"gpusim.env", "gpusim.scale.distributed", "gpusim.training.trainer",
+    assert {"gpusim.env", "gpusim.scale.distributed", "gpusim.training.loop", "gpusim.training.algorithms.ppo",
             "gpusim.envs.tag_continuous.env"} <= modules
 
 

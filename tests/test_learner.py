@@ -9,7 +9,8 @@ from gpusim.envs import env_class
 from gpusim.errors import ConfigError
 from gpusim.training import acceleration
 from gpusim.training.config import load_run_config
-from gpusim.training.trainer import Trainer
+from gpusim.training.algorithms.ppo import PPO
+from gpusim.training.loop import Trainer
 
 from conftest import in_child_process, needs_cpu_bf16
 
@@ -26,17 +27,16 @@ def cartpole_trainer(env=None, **trainer):
 
 def gradients_of_one_step(trainer, rows=None):
     """The gradient of the first minibatch step of the update (the optimizer is not stepped)."""
-    group = trainer.groups[0]
+    group = trainer.algorithm.groups[0]
     if rows is not None:
-        trainer.config = dataclasses.replace(trainer.config, trainer=dataclasses.replace(
-            trainer.config.trainer, max_minibatch_rows=rows))
+        trainer.algorithm.cfg = dataclasses.replace(trainer.algorithm.cfg, max_minibatch_rows=rows)
     step = group.optimizer.step
     group.optimizer.step = lambda: None
     try:
         index = torch.arange(group.buffer.rewards.numel())
         advantages = torch.linspace(-1, 1, index.numel())
         returns = torch.linspace(0, 2, index.numel())
-        stats = trainer._minibatch_step(group, index, advantages, returns)
+        stats = trainer.algorithm._minibatch_step(group, index, advantages, returns)
     finally:
         group.optimizer.step = step
     return [p.grad.clone() for p in group.model.parameters()], stats
@@ -44,7 +44,7 @@ def gradients_of_one_step(trainer, rows=None):
 
 def test_chunked_minibatch_gives_the_unchunked_gradient():
     trainer = cartpole_trainer(algorithm="a2c", update_epochs=1, num_minibatches=1)
-    trainer.collect()
+    trainer.algorithm.collect(0)
     whole, whole_stats = gradients_of_one_step(trainer)          # 256 rows in one pass
     chunked, chunk_stats = gradients_of_one_step(trainer, rows=37)  # 7 chunks, the last short
     for a, b in zip(whole, chunked):
@@ -54,15 +54,15 @@ def test_chunked_minibatch_gives_the_unchunked_gradient():
 
 def test_minibatch_rows_are_capped(monkeypatch):
     trainer = cartpole_trainer(num_minibatches=2, update_epochs=1, max_minibatch_rows=50)
-    trainer.collect()
+    trainer.algorithm.collect(0)
     seen = []
-    original = Trainer._loss
+    original = PPO._loss
 
     def spy(self, group, rows, adv, returns):
         seen.append(rows.numel())
         return original(self, group, rows, adv, returns)
-    monkeypatch.setattr(Trainer, "_loss", spy)
-    trainer.update(trainer.groups[0], 1e-3)
+    monkeypatch.setattr(PPO, "_loss", spy)
+    trainer.algorithm._update_policy(trainer.algorithm.groups[0], 1e-3)
     # 256 rows, 2 minibatches of 128, each in chunks of at most 50
     assert seen == [50, 50, 28, 50, 50, 28]
 
@@ -73,12 +73,12 @@ def test_bf16_autocast_gradients_agree_with_fp32():
     needs_cpu_bf16()
     fp32 = cartpole_trainer(precision="fp32", algorithm="a2c", update_epochs=1,
                             num_minibatches=1)
-    fp32.collect()
+    fp32.algorithm.collect(0)
     bf16 = cartpole_trainer(precision="bf16", algorithm="a2c", update_epochs=1,
                             num_minibatches=1)
-    bf16.groups[0].buffer = fp32.groups[0].buffer  # the same rollout; the models
+    bf16.algorithm.groups[0].buffer = fp32.algorithm.groups[0].buffer  # the same rollout; the models
                                                    # start from the same seed
-    for a, b in zip(fp32.groups[0].model.parameters(), bf16.groups[0].model.parameters()):
+    for a, b in zip(fp32.algorithm.groups[0].model.parameters(), bf16.algorithm.groups[0].model.parameters()):
         assert torch.equal(a, b)
     want, _ = gradients_of_one_step(fp32)
     got, _ = gradients_of_one_step(bf16)
@@ -113,16 +113,17 @@ def test_a_failing_compile_falls_back_with_one_line(monkeypatch, capsys):
     summary = trainer.train()
     assert summary["iterations"] == 2
     lines = [line for line in capsys.readouterr().err.splitlines() if "torch.compile" in line]
-    # one line per compiled function (rollout and update), each said once
-    assert len(lines) == 2 and all("inductor exploded" in line for line in lines)
-    assert not any(g.act.active or g.evaluate.active for g in trainer.groups)
+    # one line per compiled function (acting, value and update), each said once
+    assert len(lines) == 3 and all("inductor exploded" in line for line in lines)
+    assert not any(g.value.active or g.forward.active for g in trainer.algorithm.groups)
+    assert not any(fn.active for fn in trainer.algorithm.actors.acting.values())
 
 
 @pytest.mark.slow
 def test_torch_compile_on_the_cpu_trains():
     trainer = cartpole_trainer(compile="on", total_steps=8 * 32 * 2)
     trainer.train()
-    assert all(g.act.active and g.evaluate.active for g in trainer.groups)
+    assert all(g.value.active and g.forward.active for g in trainer.algorithm.groups)
 
 
 @pytest.mark.parametrize("name, env", [
@@ -137,11 +138,11 @@ def test_batched_truncation_bootstrap_equals_a_per_step_one(name, env):
                  **{f"env.{k}": v for k, v in env.items()}}
     trainers = [Trainer(load_run_config(name, cls, overrides={**overrides, **extra}), cls)
                 for extra in ({}, {}, {"trainer.gamma": 0.0})]
-    assert trainers[0].bootstrap.interval == next(iter(env.values()))
-    trainers[1].bootstrap.interval = 1
+    assert trainers[0].algorithm.bootstrap.interval == next(iter(env.values()))
+    trainers[1].algorithm.bootstrap.interval = 1
     for trainer in trainers:
-        trainer.collect()
-    batched, per_step, raw = (torch.cat([g.buffer.rewards for g in t.groups], -1)
+        trainer.algorithm.collect(0)
+    batched, per_step, raw = (torch.cat([g.buffer.rewards for g in t.algorithm.groups], -1)
                               for t in trainers)
     torch.testing.assert_close(batched, per_step, rtol=1e-6, atol=1e-6)
     # with gamma 0 nothing is added: the env's own rewards, so truncations did happen

@@ -11,9 +11,9 @@ from gpusim import train
 from gpusim.envs import env_class
 from gpusim.errors import GpusimError
 from gpusim.scale import distributed
-from gpusim.training.algorithms import make_trainer
+from gpusim.training.algorithms.offpolicy import OffPolicy
 from gpusim.training.config import load_run_config
-from gpusim.training.offpolicy import OffPolicyTrainer
+from gpusim.training.loop import Trainer
 
 PENDULUM = env_class("pendulum")
 TINY = {"trainer.backend": "cpu", "trainer.num_envs": 4, "trainer.rollout_len": 8,
@@ -28,9 +28,9 @@ def tiny(algorithm, **extra):
 
 @pytest.mark.parametrize("algorithm", ["ddpg", "td3", "sac"])
 def test_each_algorithm_updates_its_networks_and_reports_losses(algorithm):
-    trainer = make_trainer(tiny(algorithm), PENDULUM)
-    assert isinstance(trainer, OffPolicyTrainer)
-    model = trainer.groups[0].model
+    trainer = Trainer(tiny(algorithm), PENDULUM)
+    assert isinstance(trainer.algorithm, OffPolicy)
+    model = trainer.algorithm.groups[0].model
     before = {k: v.clone() for k, v in model.state_dict().items()}
     summary = trainer.train()
     assert summary["iterations"] == 4
@@ -38,7 +38,7 @@ def test_each_algorithm_updates_its_networks_and_reports_losses(algorithm):
     for part in ("actor.", "critics.", "target_critics."):
         assert any(not torch.equal(before[k], after[k]) for k in after if k.startswith(part))
     assert len(model.critics) == (1 if algorithm == "ddpg" else 2)
-    assert len(trainer.groups[0].replay) == 4 * 8 * 4  # every agent-step kept
+    assert len(trainer.algorithm.groups[0].replay) == 4 * 8 * 4  # every agent-step kept
     stats = trainer.metrics({"agent": trainer.iterate(1e-3)["agent"]}, 1.0, 1e-3)
     assert stats["value_loss/agent"] > 0 and "alpha/agent" in stats
     if algorithm == "sac":  # alpha is tuned
@@ -46,15 +46,14 @@ def test_each_algorithm_updates_its_networks_and_reports_losses(algorithm):
 
 
 def test_td3_steps_its_actor_every_policy_delay_critic_steps(monkeypatch):
-    trainer = make_trainer(tiny("td3", **{"trainer.policy_delay": 3}), PENDULUM)
-    trainer.env_steps = 10**6  # past learning_starts
-    trainer.collect()
+    trainer = Trainer(tiny("td3", **{"trainer.policy_delay": 3}), PENDULUM)
+    trainer.algorithm.collect(10**6)  # past learning_starts
     calls = []
-    original = OffPolicyTrainer._step
-    monkeypatch.setattr(OffPolicyTrainer, "_step", lambda self, g, name, *a: (
+    original = OffPolicy._step
+    monkeypatch.setattr(OffPolicy, "_step", lambda self, g, name, *a: (
         calls.append(name), original(self, g, name, *a)))
     for _ in range(6):
-        trainer.update_step(trainer.groups[0])
+        trainer.algorithm.gradient_step(trainer.algorithm.groups[0])
     assert calls == ["critic"] * 2 + ["critic", "actor"] + ["critic"] * 2 + ["critic", "actor"]
 
 
@@ -62,9 +61,9 @@ def test_transitions_hold_the_true_final_observation_and_terminal_flags():
     """Pendulum only truncates: no transition is terminal, and a truncated replica's stored
     next observation is its last one, not the next episode's first."""
     config = tiny("sac", **{"env.max_episode_steps": 5, "trainer.rollout_len": 5})
-    trainer = make_trainer(config, PENDULUM)
-    trainer.collect()
-    replay = trainer.groups[0].replay
+    trainer = Trainer(config, PENDULUM)
+    trainer.algorithm.collect(0)
+    replay = trainer.algorithm.groups[0].replay
     batch = replay.sample(len(replay))
     assert not bool(batch.terminated.any())
     state = trainer.env.get_state()
@@ -73,12 +72,12 @@ def test_transitions_hold_the_true_final_observation_and_terminal_flags():
     assert bool((state["timestep"] == 0).all())
     last = replay.state_dict()
     final_rows = last["next_obs"][-4:]
-    assert not torch.allclose(final_rows, trainer.next_obs[:, 0].cpu())
+    assert not torch.allclose(final_rows, trainer.env.arrays["obs"][:, 0].cpu())
 
 
 def test_discrete_policies_are_refused_in_one_line():
     with pytest.raises(GpusimError, match="needs continuous actions"):
-        make_trainer(load_run_config("cartpole", env_class("cartpole"), overrides={
+        Trainer(load_run_config("cartpole", env_class("cartpole"), overrides={
             "trainer.backend": "cpu", "trainer.algorithm": "sac"}), env_class("cartpole"))
 
 
@@ -107,7 +106,7 @@ def test_resume_restores_the_replay_buffer_when_checkpointed(tmp_path, with_repl
     (part_dir,) = part.iterdir()
     (full_dir,) = full.iterdir()
     state = torch.load(sorted((part_dir / "checkpoints").iterdir())[-1], weights_only=True)
-    assert ("replay" in state["ranks"][0]) == with_replay
+    assert ("replay" in state["ranks"][0]["algorithm"]) == with_replay
     assert train.main(["--resume", str(part_dir), "--total_steps", str(32 * 6), "--quiet"]) == 0
     if with_replay:  # the resumed run is the uninterrupted one
         assert metrics(part_dir) == metrics(full_dir)
@@ -122,12 +121,11 @@ def sac_worker(out_dir):
     context = DeviceContext.from_environment()
     context.bind("cpu", quiet=True)
     distributed.init(context, timeout_s=60)
-    trainer = make_trainer(tiny("sac", **{"trainer.prioritized_replay": True}), PENDULUM,
-                           context)
+    trainer = Trainer(tiny("sac", **{"trainer.prioritized_replay": True}), PENDULUM, context)
     trainer.train()
-    torch.save({"params": trainer.groups[0].model.state_dict(),
-                "replay": len(trainer.groups[0].replay),
-                "counts": trainer.groups[0].replay.last_counts},
+    torch.save({"params": trainer.algorithm.groups[0].model.state_dict(),
+                "replay": len(trainer.algorithm.groups[0].replay),
+                "counts": trainer.algorithm.groups[0].replay.last_counts},
                Path(out_dir) / f"rank{context.rank}.pt")
     distributed.shutdown()
     return 0

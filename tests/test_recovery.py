@@ -17,7 +17,7 @@ from gpusim.training import checkpoint
 from gpusim.training.config import load_run_config
 from gpusim.training.logger import lock_run_dir
 from gpusim.training.tensorboard import read_scalars
-from gpusim.training.trainer import Trainer
+from gpusim.training.loop import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 TIME_KEYS = ("time_s", "env_steps_per_s", "time_share/env", "time_share/forward",

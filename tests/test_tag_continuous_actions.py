@@ -167,7 +167,7 @@ def test_reference_clips_and_rejects_non_finite():
 # ---- training -----------------------------------------------------------------------------
 def test_trainer_runs_in_continuous_mode():
     from gpusim.training.config import load_run_config
-    from gpusim.training.trainer import Trainer
+    from gpusim.training.loop import Trainer
     cls = env_class("tag_continuous")
     config = load_run_config("tag_continuous", cls, overrides={
         "trainer.backend": "cpu", "trainer.num_envs": 2, "trainer.rollout_len": 8,
@@ -175,10 +175,10 @@ def test_trainer_runs_in_continuous_mode():
         "env.num_other_agents_observed": 3, "env.episode_length": 10,
         "env.continuous_actions": True})
     trainer = Trainer(config, cls)
-    assert [g.name for g in trainer.groups] == ["tagger", "runner"]
-    assert all(g.continuous for g in trainer.groups)
-    trainer.collect()
-    stats = {g.name: trainer.update(g, 1e-3) for g in trainer.groups}
+    assert [g.name for g in trainer.algorithm.groups] == ["tagger", "runner"]
+    assert all(g.continuous for g in trainer.algorithm.groups)
+    trainer.algorithm.collect(0)
+    stats = {g.name: trainer.algorithm._update_policy(g, 1e-3) for g in trainer.algorithm.groups}
     metrics = trainer.metrics(stats, 1.0, 1e-3)
     for name in ("tagger", "runner"):
         assert math.isfinite(metrics[f"value_loss/{name}"]) and metrics[f"value_loss/{name}"] >= 0

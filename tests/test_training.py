@@ -12,7 +12,7 @@ from gpusim.envs import env_class
 from gpusim.training import checkpoint
 from gpusim.training.config import load_run_config
 from gpusim.training.tensorboard import read_scalars
-from gpusim.training.trainer import Trainer
+from gpusim.training.loop import Trainer
 
 CARTPOLE = env_class("cartpole")
 TIME_KEYS = ("time_s", "env_steps_per_s", "time_share/env", "time_share/forward",
@@ -28,8 +28,9 @@ def cartpole_config(**trainer):
 
 def test_tiny_ppo_run_improves_on_cartpole():
     trainer = Trainer(cartpole_config(total_steps=40_000), CARTPOLE)
-    trainer.collect()
-    start = sum(trainer.finished["agent"]) / len(trainer.finished["agent"])
+    trainer.algorithm.collect(0)
+    finished = trainer.algorithm.episodes.finished()["agent"]
+    start = sum(finished) / len(finished)
     trainer.iteration = 0
     summary = trainer.train()
     assert start < 40  # a random policy balances ~20 steps
@@ -38,8 +39,8 @@ def test_tiny_ppo_run_improves_on_cartpole():
 
 def test_ppo_ratio_really_varies():
     trainer = Trainer(cartpole_config(total_steps=3 * 1024, update_epochs=4), CARTPOLE)
-    trainer.collect()
-    stats = trainer.update(trainer.groups[0], lr=1e-3)
+    trainer.algorithm.collect(0)
+    stats = trainer.algorithm._update_policy(trainer.algorithm.groups[0], lr=1e-3)
     assert stats["approx_kl"] > 0 and stats["clip_fraction"] >= 0
     assert stats["entropy"] > 0
 
@@ -48,9 +49,9 @@ def test_a2c_runs_and_learns_something():
     trainer = Trainer(cartpole_config(algorithm="a2c", update_epochs=1, num_minibatches=1,
                                       rollout_len=8, lr=7e-4, total_steps=16 * 8 * 60),
                       CARTPOLE)
-    before = [p.clone() for p in trainer.groups[0].model.parameters()]
+    before = [p.clone() for p in trainer.algorithm.groups[0].model.parameters()]
     trainer.train()
-    after = list(trainer.groups[0].model.parameters())
+    after = list(trainer.algorithm.groups[0].model.parameters())
     assert any(not torch.equal(a, b) for a, b in zip(before, after))
 
 
@@ -60,11 +61,11 @@ def test_multi_policy_env_trains_each_policy():
         "trainer.total_steps": 32, "env.num_taggers": 2, "env.num_runners": 4,
         "env.num_other_agents_observed": 3, "env.episode_length": 10})
     trainer = Trainer(config, env_class("tag_continuous"))
-    assert [g.name for g in trainer.groups] == ["tagger", "runner"]
-    metrics = trainer.metrics({g.name: trainer.update(g, 1e-3) for g in trainer.groups}, 1.0, 1e-3)
+    assert [g.name for g in trainer.algorithm.groups] == ["tagger", "runner"]
+    metrics = trainer.metrics(trainer.algorithm.update(1e-3), 1.0, 1e-3)
     for name in ("tagger", "runner"):
         assert metrics[f"value_loss/{name}"] >= 0
-    assert trainer.groups[0].model is not trainer.groups[1].model
+    assert trainer.algorithm.groups[0].model is not trainer.algorithm.groups[1].model
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -72,7 +73,11 @@ def test_multi_policy_env_trains_each_policy():
     ({"trainer.num_envs": -4}, "'trainer.num_envs' must be at least 1"),
     ({"trainer.gamma": 1.5}, "'trainer.gamma' must lie in [0, 1]"),
     ({"trainer.algorithm": "dqn"}, "'trainer.algorithm' must be one of"),
-    ({"trainer.algorithm": "a2c"}, "a2c takes one gradient step per rollout"),
+    ({"trainer.algorithm": "a2c", "trainer.update_epochs": 4},
+     "a2c takes one gradient step per rollout"),
+    ({"trainer.algorithm": "sac", "trainer.clip_coef": 0.1},
+     "'trainer.clip_coef' does not apply to algorithm sac (it is a key of ppo, a2c)"),
+    ({"trainer.replay_size": 10}, "'trainer.replay_size' does not apply to algorithm ppo"),
     ({"policy.hidden_sizes": []}, "'policy.hidden_sizes' must be a non-empty list"),
     ({"nosection.key": 1}, "unknown config key 'nosection.key'"),
 ])
@@ -85,7 +90,7 @@ def test_config_errors_name_the_key(overrides, message):
 def test_set_values_are_parsed():
     config = load_run_config("cartpole", CARTPOLE, sets=["trainer.lr=3e-4", "trainer.norm_adv=false",
                                                          "policy.hidden_sizes=[32, 16]"])
-    assert config.trainer.lr == 3e-4 and config.trainer.norm_adv is False
+    assert config.trainer.lr == 3e-4 and config.algo.norm_adv is False
     assert config.policy.hidden_sizes == (32, 16)
     with pytest.raises(ConfigError, match="--set expects section.key=value"):
         load_run_config("cartpole", CARTPOLE, sets=["lr"])
@@ -127,7 +132,7 @@ def test_run_directory_contents(tmp_path, capsys):
     saved = checkpoint.list_checkpoints(run_dir / "checkpoints")
     assert [p.name for p in saved] == ["checkpoint_000003.pt", "checkpoint_000004.pt"]
     state = torch.load(saved[-1], weights_only=True)
-    assert state["iteration"] == 4 and "agent" in state["models"]
+    assert state["iteration"] == 4 and "agent" in state["algorithm"]["models"]
 
 
 def test_interrupted_and_resumed_run_matches_uninterrupted(tmp_path):

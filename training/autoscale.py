@@ -37,10 +37,11 @@ from gpusim.scale.search import Searcher
 from gpusim.sizes import format_size, parse_size
 
 from .acceleration import forget_compiled
-from .config import OFF_POLICY, RunConfig
-from .algorithms import make_trainer
-from .trainer import Trainer
+from .algorithms import ALGORITHMS, algorithm_class
+from .config import RunConfig
+from .loop import Trainer
 
+TRAINER_SIZES = ("num_envs", "rollout_len")  # the rest (max_minibatch_rows) are the algorithm's
 HEADLINE_SPEEDUP = 1.5  # what auto-scaling should gain over the config, or say why not
 
 
@@ -53,9 +54,10 @@ def budget_bytes(config: RunConfig, context) -> int:
 
 def with_sizes(config: RunConfig, **sizes) -> RunConfig:
     """`config` with trainer sizes replaced (minibatches capped at the batch's rows)."""
-    t = replace(config.trainer, **sizes)
-    t = replace(t, num_minibatches=min(t.num_minibatches, t.num_envs * t.rollout_len))
-    return replace(config, trainer=t)
+    t = replace(config.trainer, **{k: v for k, v in sizes.items() if k in TRAINER_SIZES})
+    algo = replace(config.algo, **{k: v for k, v in sizes.items() if k not in TRAINER_SIZES})
+    algo = replace(algo, num_minibatches=min(algo.num_minibatches, t.num_envs * t.rollout_len))
+    return replace(config, trainer=t, algo=algo)
 
 
 def rollout_floor(config: RunConfig, time_limit: int | None) -> int:
@@ -71,7 +73,7 @@ def training_trial(config: RunConfig, env_class, context, size_key: str, **fixed
     """Body of a throughput trial: train briefly with `size_key` set to the trial's value."""
     def body(value: int) -> dict:
         forget_compiled()
-        trainer = make_trainer(with_sizes(config, **fixed, **{size_key: value}), env_class,
+        trainer = Trainer(with_sizes(config, **fixed, **{size_key: value}), env_class,
                           context.alone())
         return measure_training(trainer, config.scale.trial_iterations)
     return body
@@ -113,7 +115,7 @@ def env_trial(config: RunConfig, env_class, context, steps: int):
 def iteration_trial(config: RunConfig, env_class, context, num_envs: int):
     """Body of a memory-objective batch trial: one full iteration with `rollout_len` steps."""
     def body(rollout_len: int) -> dict:
-        trainer = make_trainer(with_sizes(config, num_envs=num_envs, rollout_len=rollout_len),
+        trainer = Trainer(with_sizes(config, num_envs=num_envs, rollout_len=rollout_len),
                           env_class, context.alone())
         start = time.perf_counter()
         trainer.iterate(config.trainer.lr)
@@ -164,12 +166,12 @@ class AutoScale:
                  f"(headroom {scale.headroom:g})")
         config = self.fastest() if scale.objective == "throughput" else self.largest()
         forget_compiled()  # the run compiles afresh, not after the trials' compiles
-        t = config.trainer
+        t, rows = config.trainer, config.algo.max_minibatch_rows
         self.report.update(num_envs=t.num_envs, rollout_len=t.rollout_len,
-                           max_minibatch_rows=t.max_minibatch_rows,
+                           max_minibatch_rows=rows,
                            search_s=round(time.perf_counter() - self.start, 2))
         self.say(f"auto-scale picked num_envs={t.num_envs}, rollout_len={t.rollout_len}, "
-                 f"max_minibatch_rows={t.max_minibatch_rows} (train batch "
+                 f"max_minibatch_rows={rows} (train batch "
                  f"{t.steps_per_iteration:,} env steps) in {self.report['search_s']:.1f} s")
         return replace(config, auto_scale_report=self.report)
 
@@ -225,17 +227,17 @@ class AutoScale:
         Larger ones mean fewer, bigger launches: double them while they fit and
         gain (powers of two only: no bisection), up to the largest minibatch.
         """
-        scale, t = config.scale, config.trainer
-        largest = t.num_envs * t.rollout_len * largest_policy // t.num_minibatches
-        if largest <= t.max_minibatch_rows:
+        scale, t, algo = config.scale, config.trainer, config.algo
+        largest = t.num_envs * t.rollout_len * largest_policy // algo.num_minibatches
+        if largest <= algo.max_minibatch_rows:
             return None  # every minibatch is already one chunk
-        self.say(f"search 2: max_minibatch_rows in [{t.max_minibatch_rows}, {largest}], "
+        self.say(f"search 2: max_minibatch_rows in [{algo.max_minibatch_rows}, {largest}], "
                  "doubling while it fits and gains")
         rows = self.searcher("max_minibatch_rows", training_trial(
             config, self.env_class, self.context, "max_minibatch_rows",
             num_envs=t.num_envs, rollout_len=t.rollout_len), largest)
         pick = self.agree("max_minibatch_rows", rows.run_fastest(
-            scale.saturation, start=t.max_minibatch_rows, resolution=1.0))
+            scale.saturation, start=algo.max_minibatch_rows, resolution=1.0))
         self.record("max_minibatch_rows", rows, num_envs=t.num_envs)
         return (rows.trial(pick) or rows.measure(pick)) if pick else None
 
@@ -311,8 +313,9 @@ class AutoScale:
 
 def auto_scale(config: RunConfig, env_class, context, log=print) -> RunConfig:
     """`config` with the picked sizes, and the search's report."""
-    if config.trainer.algorithm in OFF_POLICY:  # its cost is set by replay_ratio, not sizes
-        raise GpusimError(f"--auto_scale sizes on-policy rollouts (ppo, a2c); "
+    if not algorithm_class(config.trainer.algorithm).auto_scales:
+        scalable = ", ".join(name for name, cls in ALGORITHMS.items() if cls.auto_scales)
+        raise GpusimError(f"--auto_scale sizes on-policy rollouts ({scalable}); "
                           f"{config.trainer.algorithm} sets its pace with trainer.replay_ratio "
                           "and batch_size: drop --auto_scale")
     return AutoScale(config, env_class, context, log).run()

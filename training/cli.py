@@ -24,14 +24,13 @@ from gpusim.scale import distributed
 from gpusim.scale.device import DeviceContext
 
 from . import checkpoint
-from .algorithms import make_trainer
 from .acceleration import resolve_precision
 from .autoscale import auto_scale
-from .config import (ALGORITHMS, config_reference, load_run_config, load_run_dir_config,
-                     recipe_path)
+from .algorithms import ALGORITHMS
+from .config import config_reference, load_run_config, load_run_dir_config, recipe_path
 from .evaluate import evaluate
 from .logger import RunLogger, new_run_dir
-from .trainer import Stopped
+from .loop import Stopped, Trainer
 
 FLAG_KEYS = {"algorithm": "trainer.algorithm", "backend": "trainer.backend", "num_envs": "trainer.num_envs",
              "rollout_len": "trainer.rollout_len", "total_steps": "trainer.total_steps",
@@ -54,7 +53,7 @@ def parse_args(argv=None):
                                       "module:Class for your own")
     parser.add_argument("--config", help="YAML with env/trainer/policy/scale sections "
                                          "(default: the env's config.yaml)")
-    parser.add_argument("--algorithm", choices=ALGORITHMS,
+    parser.add_argument("--algorithm", choices=tuple(ALGORITHMS),
                         help="trainer.algorithm; the env's recipe for it is ALGORITHM.yaml "
                              "beside its config.yaml, where it has one")
     parser.add_argument("--backend", choices=BACKEND_NAMES, help="trainer.backend")
@@ -190,7 +189,7 @@ def train(args, context) -> int:
         config.dump(run_dir / "config.yaml")
         print(f"run directory: {run_dir}", flush=True)
     try:
-        trainer = make_trainer(config, cls, context, logger)
+        trainer = Trainer(config, cls, context, logger)
         if context.is_main:
             t = config.trainer
             print(f"{config.env_name}: {context.world_size} x {t.num_envs} replicas x "

@@ -6,7 +6,9 @@ differs from them; `recipe_path` is the one rule that finds it.
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,16 +22,16 @@ from gpusim.scale.config import ScaleConfig
 
 from .acceleration import COMPILE_MODES, PRECISIONS
 
-ON_POLICY = ("ppo", "a2c")
-OFF_POLICY = ("ddpg", "td3", "sac")
-ALGORITHMS = ON_POLICY + OFF_POLICY
 ACTIVATIONS = ("tanh", "relu")
+RECURRENT = ("none", "gru", "lstm")
+CRITICS = ("local", "central")
 
 
 @dataclass(frozen=True)
 class TrainerConfig:
-    algorithm: str = "ppo"         # ppo | a2c (one epoch, one minibatch: plain policy gradient)
-                                   # | ddpg | td3 | sac (off-policy, continuous actions)
+    """What every algorithm shares; each algorithm's own keys are its config dataclass
+    (training.algorithms), written in the same `trainer` section."""
+    algorithm: str = "ppo"         # ppo | a2c | ddpg | td3 | sac (--help lists each one's keys)
     backend: str = "auto"          # auto (numba on a CUDA GPU, else cpu) | cpu | numba | cudasim
                                    # | cuda_c (alias pycuda)
     num_envs: int = 64             # env replicas per process
@@ -39,19 +41,8 @@ class TrainerConfig:
     lr: float = 3e-4               # Adam learning rate
     anneal_lr: bool = False        # fall linearly to 0 at the last iteration
     gamma: float = 0.99            # discount
-    gae_lambda: float = 0.95       # GAE lambda
-    update_epochs: int = 4         # passes over each rollout
-    num_minibatches: int = 4       # gradient steps per pass
-    clip_coef: float = 0.2         # PPO ratio clipping (and value clipping)
-    clip_vloss: bool = True        # clip the value loss as PPO does
-    vf_coef: float = 0.5           # weight of the value loss
-    ent_coef: float = 0.01         # weight of the entropy bonus
-    max_grad_norm: float = 0.5     # gradient-norm clipping
-    norm_adv: bool = True          # normalise advantages per minibatch
     reward_scale: float = 1.0      # rewards are multiplied by this for learning (returns are
                                    # logged unscaled): keeps value targets near 1 in size
-    max_minibatch_rows: int = 65536  # rows per forward/backward chunk of a minibatch: bounds
-                                     # activation memory; chunk gradients are accumulated
     precision: str = "auto"        # auto (bf16 on a CUDA GPU, fp32 on the CPU) | fp32 | tf32 | bf16
     compile: str = "auto"          # torch.compile: auto (on CUDA GPUs) | on | off
     checkpoint_every: int = 10     # iterations between checkpoints
@@ -61,59 +52,23 @@ class TrainerConfig:
                                         # last 100 finished episodes reaches this
     torch_threads: int = 0         # CPU: the learner's threads (0: all the process's cores);
                                    # numba's env kernels get the rest (gpusim.scale.device)
-    # off-policy (ddpg, td3, sac); the PPO keys above (epochs, minibatches, clipping, GAE)
-    # do not apply to them
-    replay_size: int = 1_000_000   # transitions each process keeps per policy (a ring)
-    batch_size: int = 256          # transitions per gradient step, all processes together
-    replay_ratio: float = 1.0      # gradient steps per env step of one process
-    learning_starts: int = 5000    # env steps of uniformly random actions before learning
-    tau: float = 0.005             # target networks move this far towards the online ones
-    policy_delay: int = 2          # td3: critic steps per actor step (ddpg, sac: 1)
-    exploration_noise: float = 0.1  # ddpg, td3: Gaussian action noise, in half-ranges
-    target_noise: float = 0.2      # td3: noise on the target action, in half-ranges ...
-    noise_clip: float = 0.5        # ... clipped to +-this
-    sac_alpha: float | None = None  # sac: the entropy weight; null tunes it towards an
-                                    # entropy of -(action dims)
-    prioritized_replay: bool = False  # sample in proportion to |TD error|^priority_alpha
-    priority_alpha: float = 0.6    # how much priorities count (0: uniform)
-    priority_beta: float = 0.4     # importance-weight correction (1: full)
-    checkpoint_replay: bool = False  # checkpoints hold the replay buffers too (can be large)
 
     def check(self):
-        require(self.algorithm in ALGORITHMS, "trainer.algorithm", f"must be one of {ALGORITHMS}")
+        require(self.algorithm in algorithm_names(), "trainer.algorithm",
+                f"must be one of {algorithm_names()}")
         require(self.backend in BACKEND_NAMES, "trainer.backend", f"must be one of {BACKEND_NAMES}")
         require(self.precision in PRECISIONS, "trainer.precision", f"must be one of {PRECISIONS}")
         require(self.compile in COMPILE_MODES, "trainer.compile",
                 f"must be one of {COMPILE_MODES}")
-        for key in ("num_envs", "rollout_len", "total_steps", "update_epochs",
-                    "num_minibatches", "checkpoint_every", "max_minibatch_rows"):
+        for key in ("num_envs", "rollout_len", "total_steps", "checkpoint_every"):
             require(getattr(self, key) >= 1, f"trainer.{key}", "must be at least 1")
         require(self.seed >= 0, "trainer.seed", "must be >= 0")
         require(self.final_eval_episodes == 0 or self.final_eval_episodes >= 2,
                 "trainer.final_eval_episodes", "must be 0 (none) or at least 2")
         require(self.lr > 0, "trainer.lr", "must be positive")
         require(self.reward_scale > 0, "trainer.reward_scale", "must be positive")
-        for key in ("replay_size", "batch_size", "policy_delay"):
-            require(getattr(self, key) >= 1, f"trainer.{key}", "must be at least 1")
-        for key in ("replay_ratio", "learning_starts", "exploration_noise", "target_noise",
-                    "noise_clip", "priority_alpha", "priority_beta"):
-            require(getattr(self, key) >= 0, f"trainer.{key}", "must be >= 0")
-        require(0 < self.tau <= 1, "trainer.tau", "must lie in (0, 1]")
-        require(self.priority_beta <= 1, "trainer.priority_beta", "must lie in [0, 1]")
-        require(self.sac_alpha is None or self.sac_alpha >= 0, "trainer.sac_alpha",
-                "must be >= 0, or null (tuned)")
         require(0 <= self.gamma <= 1, "trainer.gamma", "must lie in [0, 1]")
-        require(0 <= self.gae_lambda <= 1, "trainer.gae_lambda", "must lie in [0, 1]")
-        require(self.clip_coef > 0, "trainer.clip_coef", "must be positive")
-        for key in ("vf_coef", "ent_coef", "max_grad_norm", "torch_threads"):
-            require(getattr(self, key) >= 0, f"trainer.{key}", "must be >= 0")
-        require(self.algorithm in OFF_POLICY
-                or self.num_minibatches <= self.num_envs * self.rollout_len,
-                "trainer.num_minibatches", "must not exceed num_envs x rollout_len")
-        if self.algorithm == "a2c":
-            require(self.update_epochs == 1 and self.num_minibatches == 1, "trainer.algorithm",
-                    "a2c takes one gradient step per rollout: set update_epochs and "
-                    "num_minibatches to 1")
+        require(self.torch_threads >= 0, "trainer.torch_threads", "must be >= 0")
 
     @property
     def steps_per_iteration(self) -> int:
@@ -128,9 +83,18 @@ class TrainerConfig:
 class PolicyConfig:
     hidden_sizes: tuple[int, ...] = (64, 64)  # the actor's and the critic's hidden layers
     activation: str = "tanh"                  # tanh | relu
-    state_dependent_std: bool = False         # continuous actions: the log-std is an output
-                                              # of the actor (else one learned parameter)
-    log_std_init: float = 0.0                 # continuous actions: the initial log-std
+    state_dependent_std: bool = False         # ppo/a2c, continuous actions: the log-std is an
+                                              # output of the actor (else one learned parameter)
+    log_std_init: float = 0.0                 # ppo/a2c, continuous actions: the initial log-std
+    recurrent: str = "none"                   # ppo/a2c: none | gru | lstm, a recurrent layer
+                                              # after the hidden layers, one state per agent
+    recurrent_size: int = 64                  # its state size
+    bptt_len: int = 16                        # ppo/a2c recurrent: backpropagation through
+                                              # time over sequences of this many steps
+    critic: str = "local"                     # ppo/a2c: local (each agent's own observation;
+                                              # IPPO) | central (the replica's global state:
+                                              # the env's `state_array`, else every agent's
+                                              # observation in agent order; MAPPO)
 
     def check(self):
         require(len(self.hidden_sizes) >= 1 and all(h >= 1 for h in self.hidden_sizes),
@@ -138,6 +102,12 @@ class PolicyConfig:
         require(self.activation in ACTIVATIONS, "policy.activation",
                 f"must be one of {ACTIVATIONS}")
         require(-5.0 <= self.log_std_init <= 2.0, "policy.log_std_init", "must lie in [-5, 2]")
+        require(self.recurrent in RECURRENT, "policy.recurrent", f"must be one of {RECURRENT}")
+        require(self.recurrent_size >= 1, "policy.recurrent_size", "must be at least 1")
+        require(self.bptt_len >= 1, "policy.bptt_len", "must be at least 1")
+        require(self.critic in CRITICS, "policy.critic", f"must be one of {CRITICS}")
+        require(self.recurrent == "none" or self.critic == "local", "policy.critic",
+                "must be local with a recurrent policy")
 
 
 @dataclass(frozen=True)
@@ -146,14 +116,19 @@ class RunConfig:
     env: object
     trainer: TrainerConfig
     policy: PolicyConfig
+    algo: object = None  # the algorithm's own config (its dataclass: training.algorithms)
     scale: ScaleConfig = ScaleConfig()
     # what --auto_scale found (picks, trials, throughput): saved, never read back
     auto_scale_report: dict | None = None
 
+    def __post_init__(self):
+        if self.algo is None:  # built in code: the algorithm's defaults
+            object.__setattr__(self, "algo", algorithm_config_class(self.trainer.algorithm)())
+
     def to_dict(self) -> dict:
         out = {"env_name": self.env_name, "env": to_dict(self.env),
-               "trainer": to_dict(self.trainer), "policy": to_dict(self.policy),
-               "scale": to_dict(self.scale)}
+               "trainer": {**to_dict(self.trainer), **to_dict(self.algo)},
+               "policy": to_dict(self.policy), "scale": to_dict(self.scale)}
         if self.auto_scale_report is not None:
             out["auto_scale_report"] = self.auto_scale_report
         return out
@@ -165,10 +140,24 @@ class RunConfig:
 SECTIONS = ("env", "trainer", "policy", "scale")
 
 
+def algorithm_names() -> tuple:
+    from .algorithms import ALGORITHMS
+    return tuple(ALGORITHMS)
+
+
+def algorithm_config_class(name: str):
+    """The config dataclass of algorithm `name` (its own `trainer` keys)."""
+    from .algorithms import ALGORITHMS
+    return ALGORITHMS[name].Config
+
+
 def config_reference() -> str:
     """Every config key with its default and description, for `python -m gpusim.train --help`."""
     from gpusim.envs import env_class, env_names
-    classes = [("trainer", TrainerConfig), ("policy", PolicyConfig), ("scale", ScaleConfig)]
+    classes = [("trainer", TrainerConfig)]
+    classes += [(f"trainer, --algorithm {name}", algorithm_config_class(name))
+                for name in algorithm_names()]
+    classes += [("policy", PolicyConfig), ("scale", ScaleConfig)]
     classes += [(f"env ({name})", env_class(name).config_class) for name in env_names()]
     lines = ["config keys (--set section.key=value, or a YAML file with these sections);",
              "each with its default:"]
@@ -178,6 +167,43 @@ def config_reference() -> str:
         for key, text in field_help(cls).items():
             lines.append(f"    {key} = {defaults[key]!r}" + (f"  ({text})" if text else ""))
     return "\n".join(lines)
+
+
+def split_trainer_section(data: dict) -> tuple:
+    """(TrainerConfig, the algorithm's config) from the `trainer` mapping; a key of another
+    algorithm is refused, naming the key and the algorithm."""
+    algorithm = data.get("algorithm", TrainerConfig.algorithm)
+    if not isinstance(algorithm, str) or algorithm not in algorithm_names():
+        raise ConfigError(f"config key 'trainer.algorithm' must be one of {algorithm_names()}, "
+                          f"got {algorithm!r}")
+    own = algorithm_config_class(algorithm)
+    common_keys = {f.name for f in dataclasses.fields(TrainerConfig)}
+    own_keys = {f.name for f in dataclasses.fields(own)}
+    for key in data:
+        if key in common_keys or key in own_keys:
+            continue
+        owners = [name for name in algorithm_names()
+                  if key in {f.name for f in dataclasses.fields(algorithm_config_class(name))}]
+        if owners:
+            raise ConfigError(f"config key 'trainer.{key}' does not apply to algorithm "
+                              f"{algorithm} (it is a key of {', '.join(owners)})")
+        raise ConfigError(f"unknown config key 'trainer.{key}' "
+                          f"(known for {algorithm}: {', '.join(sorted(common_keys | own_keys))})")
+    trainer = from_dict(TrainerConfig, {k: v for k, v in data.items() if k in common_keys},
+                        section="trainer")
+    algo = from_dict(own, {k: v for k, v in data.items() if k in own_keys}, section="trainer")
+    algo.check_run(trainer)
+    return trainer, algo
+
+
+def check_policy_keys(policy: PolicyConfig, algorithm: str):
+    """Refuse policy keys, set away from their defaults, that the algorithm does not use."""
+    used = algorithm_config_class(algorithm).policy_keys
+    defaults = PolicyConfig()
+    for field in dataclasses.fields(PolicyConfig):
+        if field.name not in used and getattr(policy, field.name) != getattr(defaults, field.name):
+            raise ConfigError(f"config key 'policy.{field.name}' does not apply to algorithm "
+                              f"{algorithm}")
 
 
 def recipe_path(env_class, algorithm: str | None = None) -> Path | None:
@@ -209,6 +235,7 @@ def load_run_config(env_name: str, env_class, path=None, overrides: dict | None 
             raise ConfigError(f"config section '{section}' must be a mapping of keys to values, "
                               f"got {data[section]!r}")
     data = {s: dict(data.get(s) or {}) for s in SECTIONS}
+    recipe_keys = dict(data["trainer"])
     for dotted, value in (overrides or {}).items():
         _assign(data, dotted, value)
     for item in sets or []:
@@ -216,11 +243,33 @@ def load_run_config(env_name: str, env_class, path=None, overrides: dict | None 
         if not sep or "." not in key:
             raise ConfigError(f"--set expects section.key=value, got '{item}'")
         _assign(data, key.strip(), parse_value(raw.strip()))
+    _drop_other_algorithms_keys(data["trainer"], recipe_keys, path)
+    trainer, algo = split_trainer_section(data["trainer"])
+    policy = from_dict(PolicyConfig, data["policy"], section="policy")
+    check_policy_keys(policy, trainer.algorithm)
     return RunConfig(env_name=env_name,
                      env=from_dict(env_class.config_class, data["env"], section="env"),
-                     trainer=from_dict(TrainerConfig, data["trainer"], section="trainer"),
-                     policy=from_dict(PolicyConfig, data["policy"], section="policy"),
+                     trainer=trainer, algo=algo, policy=policy,
                      scale=from_dict(ScaleConfig, data["scale"], section="scale"))
+
+
+def _drop_other_algorithms_keys(trainer: dict, recipe_keys: dict, path):
+    """A recipe written for one algorithm, run with another (`--algorithm`): its keys that
+    only the recipe's algorithm has are left out, with one line; everything else (and any
+    key given on the command line) is checked as usual."""
+    names = algorithm_names()
+    written = recipe_keys.get("algorithm", TrainerConfig.algorithm)
+    chosen = trainer.get("algorithm", TrainerConfig.algorithm)
+    if written == chosen or written not in names or chosen not in names:
+        return
+    own = {f.name for f in dataclasses.fields(algorithm_config_class(chosen))}
+    theirs = {f.name for f in dataclasses.fields(algorithm_config_class(written))}
+    dropped = [k for k in recipe_keys if k in theirs - own and trainer.get(k) == recipe_keys[k]]
+    for key in dropped:
+        del trainer[key]
+    if dropped:
+        print(f"gpusim: {path} is a {written} recipe; running {chosen}, its "
+              f"{', '.join(dropped)} do not apply", file=sys.stderr)
 
 
 def load_run_dir_config(run_dir, overrides: dict | None = None):

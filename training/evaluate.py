@@ -23,12 +23,11 @@ from pathlib import Path
 import torch
 
 from gpusim.errors import GpusimError
-from gpusim.sampler import ActionSampler
 
 from . import checkpoint
-from .config import OFF_POLICY, load_run_dir_config
-from .models import make_model
-from .offpolicy import OffPolicyModel
+from .actors import Actors
+from .algorithms import algorithm_class
+from .config import load_run_dir_config
 
 Z95 = 1.96  # normal quantile of a two-sided 95% interval
 
@@ -45,80 +44,34 @@ def mean_ci(values) -> tuple[float, float]:
 
 
 def load_policies(run_dir, env) -> dict:
-    """The models of a run's latest checkpoint, one per policy, on the env's device."""
+    """The trained policies of a run's latest checkpoint, one per policy, on the env's
+    device (built by the run's algorithm: training.algorithms)."""
     state = checkpoint.load_latest(Path(run_dir) / "checkpoints")
     _, config = load_run_dir_config(run_dir)
-    models = {}
-    for name, spec in env.policy_specs.items():
-        t = config.trainer
-        model = OffPolicyModel(spec, config.policy, t.algorithm, t.sac_alpha) \
-            if t.algorithm in OFF_POLICY else make_model(spec, config.policy)
-        model.to(env.device).load_state_dict(state["models"][name])
-        models[name] = model.eval()
-    return models
-
-
-class Actors:
-    """Every agent's actions: drawn from its policy's model, or uniformly at random where
-    the policy has none. Discrete actions come from one sampler launch for all agents;
-    with `argmax`, trained policies act greedily (the most likely choice, the Gaussian's
-    mean). Returns what env.step takes."""
-
-    def __init__(self, env, models: dict):
-        self.env = env
-        self.models = models
-        self.specs = env.policy_specs
-        self.sampler = ActionSampler(env) if env.discrete_width else None
-        if self.sampler is not None:
-            self.probs = torch.ones((env.num_envs, env.num_agents, self.sampler.width),
-                                    device=env.device)
-        self.index = {name: torch.tensor(spec.agent_ids, device=env.device)
-                      for name, spec in self.specs.items()}
-
-    @torch.no_grad()
-    def __call__(self, obs: torch.Tensor, argmax: bool = False):
-        actions = {}
-        for name, spec in self.specs.items():
-            rows, model = self.index[name], self.models.get(name)
-            own = obs[:, rows, :spec.obs_dim]
-            if spec.continuous:
-                actions[name] = self._continuous(spec, model, own, argmax)
-            elif model is not None:
-                self.probs[:, rows, :sum(spec.actions)] = torch.cat(model.log_probs(own), -1).exp()
-        if self.sampler is None:
-            return actions
-        chosen = self.sampler.sample(self.probs, argmax=argmax)
-        if not (self.env.mixed_actions or self.env.continuous_dim):
-            return chosen
-        actions.update({name: chosen[:, self.index[name], :spec.action_width]
-                        for name, spec in self.specs.items() if not spec.continuous})
-        return actions
-
-    def _continuous(self, spec, model, obs, argmax):
-        if model is None:  # uniform within the bounds
-            low = torch.tensor(spec.actions.low, device=obs.device)
-            high = torch.tensor(spec.actions.high, device=obs.device)
-            return low + torch.rand(obs.shape[:2] + (spec.action_width,),
-                                    device=obs.device) * (high - low)
-        raw, _, _ = model.act(obs, deterministic=argmax)
-        return model.squash(raw)
+    if not isinstance(state, dict) or not isinstance(state.get("algorithm"), dict):
+        raise GpusimError(f"{run_dir}: its checkpoint was not written by this version of "
+                          "gpusim's trainer")
+    return algorithm_class(config.trainer.algorithm).acting_policies(config, env,
+                                                                     state["algorithm"])
 
 
 @torch.no_grad()
-def play(env, models: dict, num_episodes: int, argmax: bool = False) -> dict:
-    """Full episodes with `models` (policy name -> model; a policy without one acts
-    uniformly at random): per policy the list of episode returns (the mean over its
+def play(env, policies: dict, num_episodes: int, argmax: bool = False) -> dict:
+    """Full episodes with `policies` (policy name -> trained policy; a policy without one
+    acts uniformly at random): per policy the list of episode returns (the mean over its
     agents), and the env's own measures (`env.episode_measures()`), per episode."""
-    actors = Actors(env, models)
-    index = actors.index
+    actors = Actors(env, policies)
+    index = actors.agents
     measures = env.episode_measures()
     obs = env.reset()
     running = torch.zeros((env.num_envs, env.num_agents), device=env.device)
     returns = {name: [] for name in env.policies}
     while len(next(iter(returns.values()))) < num_episodes:
-        obs, reward, terminated, truncated, _ = env.step(actors(obs, argmax))
+        actors.act(obs, deterministic=argmax)
+        obs, reward, terminated, truncated, _ = env.step()
         running += reward
         done = terminated | truncated
+        actors.episode_ended(done, env.agent_active())
         if measures is not None:
             measures.after_step(done)
         if bool(done.any()):  # evaluation may sync; the training rollout never does

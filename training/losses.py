@@ -22,26 +22,34 @@ def gae(rewards, values, dones, next_value, gamma: float, lam: float):
     return advantages, advantages + values
 
 
-def policy_loss(new_log_prob, old_log_prob, advantages, clip_coef: float):
+def weighted_mean(x, weights=None):
+    """The mean of `x`, or its mean weighted by `weights` (rows outside an agent's episode
+    weigh 0)."""
+    if weights is None:
+        return x.mean()
+    return (x * weights).sum() / weights.sum().clamp_min(1.0)
+
+
+def policy_loss(new_log_prob, old_log_prob, advantages, clip_coef: float, weights=None):
     """PPO's clipped surrogate (to minimise), and the fraction of clipped ratios."""
     ratio = torch.exp(new_log_prob - old_log_prob)
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)
-    clip_fraction = ((ratio - 1).abs() > clip_coef).float().mean()
-    return torch.max(unclipped, clipped).mean(), clip_fraction
+    clip_fraction = weighted_mean(((ratio - 1).abs() > clip_coef).float(), weights)
+    return weighted_mean(torch.max(unclipped, clipped), weights), clip_fraction
 
 
-def value_loss(new_value, old_value, returns, clip_coef: float | None):
+def value_loss(new_value, old_value, returns, clip_coef: float | None, weights=None):
     """Half the squared error, optionally with PPO's value clipping."""
     unclipped = (new_value - returns) ** 2
     if clip_coef is None:
-        return 0.5 * unclipped.mean()
+        return 0.5 * weighted_mean(unclipped, weights)
     clipped_value = old_value + torch.clamp(new_value - old_value, -clip_coef, clip_coef)
     clipped = (clipped_value - returns) ** 2
-    return 0.5 * torch.max(unclipped, clipped).mean()
+    return 0.5 * weighted_mean(torch.max(unclipped, clipped), weights)
 
 
-def approx_kl(new_log_prob, old_log_prob):
+def approx_kl(new_log_prob, old_log_prob, weights=None):
     """The low-variance KL estimator ((r - 1) - log r)."""
     log_ratio = new_log_prob - old_log_prob
-    return ((log_ratio.exp() - 1) - log_ratio).mean()
+    return weighted_mean((log_ratio.exp() - 1) - log_ratio, weights)

@@ -1,12 +1,15 @@
 """Actor-critic MLPs, one per policy: categorical heads for multi-discrete actions,
 a tanh-squashed Gaussian head for continuous (Box) ones.
 
-Both share one interface, so the trainer treats them alike:
-- `act(obs)` for rollouts: discrete, (log-probabilities of every choice side
-  by side, value), sampled afterwards by gpusim's sampler kernel; Gaussian,
-  (raw action, its log-probability, value), sampled here with torch's RNG.
-- `evaluate(obs, actions)` for updates: (log-prob of `actions`, entropy, value).
-What a rollout stores as the action is what `evaluate` takes back: the choice
+Both share one interface, so the learner treats them alike:
+- acting (training.actors): discrete, `log_probs(obs, mask)` (every choice's
+  log-probability side by side, drawn afterwards by gpusim's sampler kernel);
+  Gaussian, `sample(obs, deterministic)` (raw action, its log-probability,
+  the env's action), drawn here with torch's RNG;
+- `value(critic_obs)` for rollouts (the critic's input may be a global state);
+- `forward(obs, actions, mask, critic_obs)` for updates: (log-prob of
+  `actions`, entropy, value).
+What a rollout stores as the action is what `forward` takes back: the choice
 indices, or the Gaussian's raw (pre-tanh) sample, whose log-probability
 needs no inverse tanh (unstable at the bounds).
 """
@@ -44,48 +47,56 @@ def tanh_gaussian_log_prob(mean, log_std, raw) -> torch.Tensor:
     return (gaussian - log_det).sum(-1)
 
 
-def make_model(spec, policy_config) -> nn.Module:
-    """The model of one policy (a gpusim.spaces.PolicySpec) under the `policy` config."""
+def make_model(spec, policy_config, critic_dim: int | None = None) -> nn.Module:
+    """The actor-critic of one policy (a gpusim.spaces.PolicySpec) under the `policy`
+    config; `critic_dim`: the critic's input size where it is not the observation's."""
     hidden, activation = policy_config.hidden_sizes, policy_config.activation
+    if policy_config.recurrent != "none":
+        return RecurrentActorCritic(spec, policy_config)
     if spec.continuous:
         return GaussianActorCritic(spec.obs_dim, spec.actions.low, spec.actions.high, hidden,
                                    activation, policy_config.state_dependent_std,
-                                   policy_config.log_std_init)
-    return ActorCritic(spec.obs_dim, spec.actions, hidden, activation)
+                                   policy_config.log_std_init, critic_dim)
+    return ActorCritic(spec.obs_dim, spec.actions, hidden, activation, critic_dim)
 
 
 class ActorCritic(nn.Module):
     """Separate actor and critic MLPs; the actor's logits are split per action component."""
+    state_size = 0  # no recurrent state (RecurrentActorCritic has one)
 
-    def __init__(self, obs_dim: int, action_nvec, hidden_sizes, activation="tanh"):
+    def __init__(self, obs_dim: int, action_nvec, hidden_sizes, activation="tanh",
+                 critic_dim: int | None = None):
         super().__init__()
         hidden = list(hidden_sizes)
         self.action_nvec = tuple(int(n) for n in action_nvec)
         self.actor = mlp([obs_dim] + hidden + [sum(self.action_nvec)], activation, 0.01)
-        self.critic = mlp([obs_dim] + hidden + [1], activation, 1.0)
+        self.critic = mlp([critic_dim or obs_dim] + hidden + [1], activation, 1.0)
 
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic(obs).squeeze(-1).float()
+    def value(self, critic_obs: torch.Tensor) -> torch.Tensor:
+        return self.critic(critic_obs).squeeze(-1).float()
 
-    def log_probs(self, obs: torch.Tensor) -> list:
-        """Per component, log-probabilities over its choices (fp32 under autocast too)."""
+    def component_log_probs(self, obs: torch.Tensor, mask=None) -> list:
+        """Per component, log-probabilities over its choices (fp32 under autocast too);
+        masked choices (mask False) get -inf."""
         logits = self.actor(obs).float()
+        if mask is not None:
+            logits = logits.masked_fill(~mask, float("-inf"))
         return [torch.log_softmax(part, dim=-1)
                 for part in torch.split(logits, self.action_nvec, dim=-1)]
 
-    def act(self, obs: torch.Tensor):
-        """What a rollout step needs: (log-probabilities side by side, value)."""
-        return torch.cat(self.log_probs(obs), -1), self.value(obs)
+    def log_probs(self, obs: torch.Tensor, mask=None) -> torch.Tensor:
+        """Acting (training.actors): every component's log-probabilities side by side."""
+        return torch.cat(self.component_log_probs(obs, mask), -1)
 
-    def evaluate(self, obs, actions):
-        """(log-prob of `actions`, entropy, value), summed over action components."""
-        log_probs = self.log_probs(obs)
+    def forward(self, obs, actions, mask=None, critic_obs=None):
+        """The training pass: (log-prob of `actions` summed over components, entropy over
+        the legal choices, value of `critic_obs` (default: `obs`))."""
+        log_probs = self.component_log_probs(obs, mask)
         chosen = sum(lp.gather(-1, actions[..., c:c + 1].long()).squeeze(-1)
                      for c, lp in enumerate(log_probs))
-        entropy = sum(-(lp.exp() * lp).sum(-1) for lp in log_probs)
-        return chosen, entropy, self.value(obs)
-
-    forward = evaluate  # what DistributedDataParallel calls: the training pass
+        entropy = sum(-(lp.exp() * lp.clamp_min(torch.finfo(lp.dtype).min)).sum(-1)
+                      for lp in log_probs)  # a masked choice adds 0 * finite, not 0 * -inf
+        return chosen, entropy, self.value(obs if critic_obs is None else critic_obs)
 
 
 class GaussianActorCritic(nn.Module):
@@ -97,9 +108,11 @@ class GaussianActorCritic(nn.Module):
     log|da/du| = log(half_range) + log(1 - tanh(u)^2) per dimension. The entropy is
     the Gaussian's (that of the squashed one has no closed form).
     """
+    state_size = 0
 
     def __init__(self, obs_dim: int, low, high, hidden_sizes, activation="tanh",
-                 state_dependent_std: bool = False, log_std_init: float = 0.0):
+                 state_dependent_std: bool = False, log_std_init: float = 0.0,
+                 critic_dim: int | None = None):
         super().__init__()
         hidden = list(hidden_sizes)
         low, high = torch.tensor(low, dtype=torch.float32), torch.tensor(high, dtype=torch.float32)
@@ -114,10 +127,10 @@ class GaussianActorCritic(nn.Module):
                 self.actor[-1].bias[self.dim:] = log_std_init
         else:
             self.log_std = nn.Parameter(torch.full((self.dim,), float(log_std_init)))
-        self.critic = mlp([obs_dim] + hidden + [1], activation, 1.0)
+        self.critic = mlp([critic_dim or obs_dim] + hidden + [1], activation, 1.0)
 
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic(obs).squeeze(-1).float()
+    def value(self, critic_obs: torch.Tensor) -> torch.Tensor:
+        return self.critic(critic_obs).squeeze(-1).float()
 
     def distribution(self, obs: torch.Tensor):
         """(mean, log_std) of the raw action, fp32."""
@@ -135,17 +148,79 @@ class GaussianActorCritic(nn.Module):
         """log-density of the env's action center + half_range * tanh(raw)."""
         return tanh_gaussian_log_prob(mean, log_std, raw) - torch.log(self.half_range).sum()
 
-    def act(self, obs: torch.Tensor, deterministic: bool = False):
-        """What a rollout step needs: (raw action, its log-prob, value); the env takes
-        `squash(raw)`. Deterministic: the mean."""
+    def sample(self, obs: torch.Tensor, deterministic: bool = False):
+        """Acting (training.actors): (raw action, its log-prob, the env's action
+        `squash(raw)`). Deterministic: the mean."""
         mean, log_std = self.distribution(obs)
         raw = mean if deterministic else mean + log_std.exp() * torch.randn_like(mean)
-        return raw, self.log_prob(mean, log_std, raw), self.value(obs)
+        return raw, self.log_prob(mean, log_std, raw), self.squash(raw)
 
-    def evaluate(self, obs, actions):
-        """(log-prob of raw `actions`, entropy of the Gaussian, value)."""
+    def forward(self, obs, actions, mask=None, critic_obs=None):
+        """The training pass: (log-prob of raw `actions`, entropy of the Gaussian, value of
+        `critic_obs` (default: `obs`)). `mask` is for discrete actions: unused."""
         mean, log_std = self.distribution(obs)
         entropy = (log_std + 0.5 * (1.0 + math.log(2 * math.pi))).sum(-1)
-        return self.log_prob(mean, log_std, actions.float()), entropy, self.value(obs)
+        return (self.log_prob(mean, log_std, actions.float()), entropy,
+                self.value(obs if critic_obs is None else critic_obs))
 
-    forward = evaluate
+
+class RecurrentActorCritic(nn.Module):
+    """An MLP encoder, a GRU or LSTM cell, and a one-layer head of either kind (discrete or
+    Gaussian) on its output; the critic reads the same recurrent features.
+
+    The recurrent state, one per agent, is `state_size` wide (an LSTM's h and c side by
+    side). Acting carries it: `log_probs(obs, mask, state)` and `sample(obs,
+    deterministic, state)` also return the next state, `value(obs, state)` does not
+    advance it. The training pass runs whole sequences: `forward(obs, actions, mask,
+    critic_obs, state, resets)` with (sequences, steps, ...) inputs, the state at each
+    sequence's start, and where an episode ended before a step (the state restarts at 0).
+    """
+
+    def __init__(self, spec, policy_config):
+        super().__init__()
+        hidden, activation = list(policy_config.hidden_sizes), policy_config.activation
+        size = policy_config.recurrent_size
+        self.encoder = nn.Sequential(mlp([spec.obs_dim] + hidden, activation, 2 ** 0.5),
+                                     ACTIVATIONS[activation]())
+        self.lstm = policy_config.recurrent == "lstm"
+        cell = nn.LSTMCell if self.lstm else nn.GRUCell
+        self.core = cell(hidden[-1], size)
+        self.state_size = 2 * size if self.lstm else size
+        if spec.continuous:
+            self.head = GaussianActorCritic(size, spec.actions.low, spec.actions.high, (),
+                                            activation, policy_config.state_dependent_std,
+                                            policy_config.log_std_init)
+        else:
+            self.head = ActorCritic(size, spec.actions, (), activation)
+
+    def features(self, obs, state):
+        """(recurrent features, next state) for one step; any leading dims."""
+        lead = obs.shape[:-1]
+        x = self.encoder(obs).reshape(-1, self.core.input_size)
+        flat = state.reshape(-1, self.state_size).to(x.dtype)
+        if self.lstm:
+            h, c = self.core(x, tuple(flat.chunk(2, -1)))
+            nxt = torch.cat([h, c], -1)
+        else:
+            h = nxt = self.core(x, flat)
+        return h.reshape(lead + (-1,)), nxt.float().reshape(lead + (self.state_size,))
+
+    def log_probs(self, obs, mask=None, state=None):
+        f, nxt = self.features(obs, state)
+        return self.head.log_probs(f, mask), nxt
+
+    def sample(self, obs, deterministic: bool = False, state=None):
+        f, nxt = self.features(obs, state)
+        return (*self.head.sample(f, deterministic), nxt)
+
+    def value(self, obs, state=None):
+        return self.head.value(self.features(obs, state)[0])
+
+    def forward(self, obs, actions, mask=None, critic_obs=None, state=None, resets=None):
+        steps = obs.shape[1]
+        out = []
+        for k in range(steps):
+            state = state * (~resets[:, k]).to(state.dtype)[..., None]
+            f, state = self.features(obs[:, k], state)
+            out.append(f)
+        return self.head(torch.stack(out, 1), actions, mask)

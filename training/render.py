@@ -20,7 +20,8 @@ import torch
 from gpusim.envs import env_class
 from gpusim.errors import GpusimError
 from .config import load_run_dir_config
-from .evaluate import Actors, load_policies
+from .actors import Actors
+from .evaluate import load_policies
 
 
 @torch.no_grad()
@@ -42,7 +43,9 @@ def record(env, models: dict, episodes: int = 1, replica: int = 0, max_steps: in
     while finished < episodes and steps < max_steps:
         for n in names:
             frames[n][steps].copy_(env.arrays[n][replica])
-        obs, _, terminated, truncated, _ = env.step(actors(obs))
+        actors.act(obs)
+        obs, _, terminated, truncated, _ = env.step()
+        actors.episode_ended(terminated | truncated, env.agent_active())
         ended[steps] = terminated[replica] | truncated[replica]
         steps += 1
         if steps % 64 == 0 or steps == max_steps:  # a host read now and then, not per step

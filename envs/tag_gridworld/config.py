@@ -27,6 +27,8 @@ class TagGridworldConfig(EnvConfig):
     tag_penalty: float = -5.0               # the runner's reward when tagged (<= 0)
     step_penalty_tagger: float = -0.01      # taggers' reward every untagged step (<= 0)
     step_reward_runner: float = 0.01        # the runner's reward every untagged step
+    mask_walls: bool = False                # moves into a wall are masked out (an action
+                                            # mask: a masked policy never pays wall_penalty)
     @property
     def num_agents(self) -> int:
         return self.num_taggers + 1

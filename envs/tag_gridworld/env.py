@@ -154,12 +154,26 @@ def observe(env, agent, s, p):
     s.obs[env, agent, 5 + 2 * n] = numba.float32(s.timestep[env]) / p.episode_length_f
 
 
+@numba.jit(nopython=True)
+def mark_legal_moves(env, agent, s, p):
+    """The moves that stay on the grid (stay always does): the action mask with
+    `mask_walls`, so a masked policy never pays the wall penalty."""
+    x = s.pos_x[env, agent]
+    y = s.pos_y[env, agent]
+    s.legal_moves[env, agent, 0] = 1
+    s.legal_moves[env, agent, 1] = 1 if x + 1 < p.grid_size else 0
+    s.legal_moves[env, agent, 2] = 1 if x > 0 else 0
+    s.legal_moves[env, agent, 3] = 1 if y + 1 < p.grid_size else 0
+    s.legal_moves[env, agent, 4] = 1 if y > 0 else 0
+
+
 class TagGridworld(Env):
     name = "tag_gridworld"
     config_class = TagGridworldConfig
-    reset_phases = (agent_phase(spawn), env_phase(start_clock), agent_phase(observe))
+    reset_phases = (agent_phase(spawn), env_phase(start_clock), agent_phase(observe),
+                    agent_phase(mark_legal_moves))
     step_phases = (agent_phase(move), env_phase(resolve), agent_phase(score),
-                   agent_phase(observe))
+                   agent_phase(observe), agent_phase(mark_legal_moves))
 
     render_arrays = ("pos_x", "pos_y")
 
@@ -174,6 +188,7 @@ class TagGridworld(Env):
         self.action_nvec = (NUM_ACTIONS,)
         self.policies = {"tagger": tuple(range(config.num_taggers)),
                          "runner": (config.runner_id,)}
+        self.action_mask_array = "legal_moves" if config.mask_walls else None
 
     def array_specs(self):
         i32 = torch.int32
@@ -182,6 +197,7 @@ class TagGridworld(Env):
             "pos_y": ArraySpec(i32, state=True),
             "timestep": ArraySpec(i32, scope="env", state=True),
             "tagged": ArraySpec(i32, scope="env"),  # scratch: written by `resolve`
+            "legal_moves": ArraySpec(i32, (NUM_ACTIONS,)),  # the moves that stay on the grid
         }
 
     def params(self):

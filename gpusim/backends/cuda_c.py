@@ -234,7 +234,8 @@ def args_header(s, p, what: str = "this launch") -> str:
              "struct GpusimEnvArgs {", *(f"    {d};" for d in decls), "};", "",
              "// GpusimEnvArgs filled from the kernel's parameters",
              f"#define GPUSIM_ENV_ARGS (GpusimEnvArgs{{{', '.join(x.name for x in params)}}})",
-             ""]
+             "", "// which optional arrays this layout has (gpusim_env.cuh's auto-reset)",
+             *(f"#define GPUSIM_HAS_{x.name.upper()} 1" for x in params if x.pointer), ""]
     return "\n".join(lines)
 
 

@@ -1,0 +1,132 @@
+"""One acting path, used by training rollouts, `evaluate` and `render`.
+
+`Actors(env, policies).act(obs)` draws every agent's action for one env step
+and writes it straight into the env's action arrays, so the caller steps
+with `env.step()` (no actions argument: nothing is copied again). Discrete
+actions come from one sampler launch for every discrete agent of every
+policy, from the log-probabilities the policies wrote side by side;
+continuous ones from each policy's own head. It returns, per policy, what a
+learner stores (choice indices, or the head's own action variable) and the
+log-probability of the draw.
+
+A policy is an object with either
+- `log_probs(obs, mask)` -> (..., sum of its choices) log-probabilities,
+  side by side per component (discrete actions), or
+- `sample(obs, deterministic)` -> (stored action, its log-prob or None, the
+  env's action) (continuous actions);
+or None: uniformly random actions (`UniformPolicy`).
+Where the env declares an action mask (`env.action_mask()`), masked choices
+get log-probability -inf, so the sampler never draws them.
+
+A recurrent policy (`state_size` > 0) takes its state as a last argument and
+returns the next one last; the actors keep one state per agent
+(`memory[name]`) and restart it where an episode ended (`episode_ended`).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from gpusim.sampler import ActionSampler
+from gpusim.spaces import agent_index
+
+
+class Acted(NamedTuple):
+    stored: dict     # policy name -> what its learner stores: (envs, agents, width)
+    log_prob: dict   # policy name -> (envs, agents) log-probability of the draw (or None)
+
+
+class UniformPolicy:
+    """Uniformly random actions: every legal choice alike, or uniform within the Box (the
+    stored action is its position in [-1, 1] per dimension, as the off-policy learners
+    store actions)."""
+
+    def __init__(self, spec, device):
+        self.continuous = spec.continuous
+        if spec.continuous:
+            low = torch.tensor(spec.actions.low, dtype=torch.float32, device=device)
+            high = torch.tensor(spec.actions.high, dtype=torch.float32, device=device)
+            self.center, self.half_range = (high + low) / 2, (high - low) / 2
+            self.width = spec.action_width
+        else:
+            self.width = sum(spec.actions)
+
+    def log_probs(self, obs, mask=None):
+        zeros = torch.zeros(obs.shape[:-1] + (self.width,), device=obs.device)
+        return zeros if mask is None else zeros.masked_fill(~mask, float("-inf"))
+
+    def sample(self, obs, deterministic: bool = False):
+        unit = torch.rand(obs.shape[:-1] + (self.width,), device=obs.device) * 2 - 1
+        return unit, None, self.center + self.half_range * unit
+
+
+class Actors:
+    """Every agent's action for one step, written into the env's action arrays.
+
+    `policies`: policy name -> policy object, or None for uniformly random
+    actions. `wrap(fn, what)` may wrap each policy's acting function (the
+    learner's torch.compile). The caller runs `act` under its autocast and
+    no_grad as it needs.
+    """
+
+    def __init__(self, env, policies: dict, wrap=None):
+        self.env = env
+        self.specs = env.policy_specs
+        wrap = wrap or (lambda fn, what: fn)
+        self.policies = {name: policies.get(name) or UniformPolicy(spec, env.device)
+                         for name, spec in self.specs.items()}
+        self.agents = {name: agent_index(spec.agent_ids, env.device)
+                       for name, spec in self.specs.items()}
+        self.acting = {name: wrap(policy.sample if spec.continuous else policy.log_probs,
+                                  f"policy {name!r} (acting)")
+                       for (name, spec), policy in zip(self.specs.items(),
+                                                       self.policies.values())}
+        self.memory = {name: torch.zeros((env.num_envs, spec.num_agents, policy.state_size),
+                                         device=env.device)
+                       for (name, spec), policy in zip(self.specs.items(),
+                                                       self.policies.values())
+                       if getattr(policy, "state_size", 0)}
+        self.sampler = ActionSampler(env, into_env=True) if env.discrete_width else None
+        if self.sampler is not None:
+            self.log_probs = torch.zeros((env.num_envs, env.num_agents, self.sampler.width),
+                                         device=env.device)
+
+    def act(self, obs: torch.Tensor, deterministic: bool = False) -> Acted:
+        """Actions for the observation `obs` (the env's (envs, agents, obs) array);
+        deterministic: the most likely choice, the Gaussian's mean, no exploration noise."""
+        stored, log_prob = {}, {}
+        mask = self.env.action_mask()
+        for name, spec in self.specs.items():
+            agents = self.agents[name]
+            own = obs[:, agents, :spec.obs_dim]
+            memory = self.memory.get(name)
+            state = () if memory is None else (memory,)
+            if spec.continuous:
+                out = self.acting[name](own, deterministic, *state)
+                stored[name], log_prob[name], env_action = out[:3]
+                self.env.arrays["continuous_actions"][:, agents, :spec.action_width] = env_action
+            else:
+                width = sum(spec.actions)
+                own_mask = None if mask is None else mask[:, agents, :width]
+                out = self.acting[name](own, own_mask, *state)
+                self.log_probs[:, agents, :width] = out[0] if state else out
+            if memory is not None:
+                memory.copy_(out[-1])
+        if self.sampler is not None:  # one launch: every discrete agent, into env.arrays
+            actions = self.sampler.sample(self.log_probs, argmax=deterministic, log_space=True)
+            for name, spec in self.specs.items():
+                if not spec.continuous:
+                    agents = self.agents[name]
+                    stored[name] = actions[:, agents, :spec.action_width]
+                    log_prob[name] = self.sampler.log_prob[:, agents]
+        return Acted(stored, log_prob)
+
+    def episode_ended(self, done: torch.Tensor, active: torch.Tensor | None = None):
+        """Restart recurrent states: in replicas that finished (`done`), and of agents no
+        longer in play (`active` False, with per-agent done)."""
+        for name, memory in self.memory.items():
+            keep = ~done[:, None]
+            if active is not None:
+                keep = keep & active[:, self.agents[name]]
+            memory.mul_(keep[..., None].to(memory.dtype))

@@ -1,0 +1,22 @@
+"""The algorithms, by name: the one table from `trainer.algorithm` to its code.
+
+Each entry is an `Algorithm` (base.py) with its own config dataclass
+(`Config`: its `trainer` keys and defaults). Nothing outside this table
+branches on an algorithm's name.
+"""
+from __future__ import annotations
+
+from .base import Algorithm
+from .ddpg import DDPG
+from .ppo import A2C, PPO
+from .sac import SAC
+from .td3 import TD3
+
+ALGORITHMS = {"ppo": PPO, "a2c": A2C, "ddpg": DDPG, "td3": TD3, "sac": SAC}
+
+
+def algorithm_class(name: str) -> type:
+    return ALGORITHMS[name]
+
+
+__all__ = ["ALGORITHMS", "Algorithm", "algorithm_class"]

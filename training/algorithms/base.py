@@ -1,0 +1,82 @@
+"""What every algorithm shares: the interface the run loop drives, and its plumbing.
+
+The loop (training.loop) calls, once per iteration, `collect(env_steps)` (a
+rollout of `rollout_len` steps over every replica) then `update(lr)` (every
+policy learns; per policy, a dict of statistics), and for checkpoints
+`state_dict` / `load_state_dict` (the same on every rank: models,
+optimizers, generators) and `rank_state_dict` / `load_rank_state_dict`
+(this rank's own, such as a replay shard). It never asks which algorithm
+it drives.
+"""
+from __future__ import annotations
+
+import torch
+
+from gpusim.spaces import agent_index
+
+from ..acceleration import compile_enabled, resolve_precision
+from ..episodes import EpisodeTracker
+
+
+class Algorithm:
+    Config = None           # its config dataclass: its own `trainer` keys and their defaults
+    stats: tuple = ()       # the statistics `update` returns per policy
+    auto_scales = False     # whether --auto_scale can size its runs (rollout sizes set its pace)
+
+    def __init__(self, config, env, context, timer):
+        """`config`: the RunConfig; `env`: this rank's replicas; `context`: the rank
+        (`rank`, `world_size`); `timer`: the loop's section timer."""
+        self.config = config
+        self.cfg = config.algo
+        self.env = env
+        self.timer = timer
+        self.rank, self.world_size = context.rank, context.world_size
+        self.distributed = self.world_size > 1
+        self.precision = resolve_precision(config.trainer.precision, env.device)
+        self.use_compile = compile_enabled(config.trainer.compile, env.device)
+        self.agents = {name: agent_index(spec.agent_ids, env.device)
+                       for name, spec in env.policy_specs.items()}
+        self.episodes = EpisodeTracker(env, config.trainer.rollout_len, self.agents)
+
+    @property
+    def next_obs(self) -> torch.Tensor:
+        """The observation the next rollout step acts on: the env's own buffer."""
+        return self.env.arrays["obs"]
+
+    def observe(self, name: str, obs: torch.Tensor) -> torch.Tensor:
+        """Policy `name`'s view of an (envs, agents, obs) array: its agents, its entries."""
+        return obs[:, self.agents[name], :self.env.policy_specs[name].obs_dim]
+
+    # ---- what the loop drives ------------------------------------------------------
+    def collect(self, env_steps: int):
+        raise NotImplementedError
+
+    def update(self, lr: float) -> dict:
+        raise NotImplementedError
+
+    def models(self) -> dict:
+        """Policy name -> its module (every trained parameter: the finite check reads them)."""
+        raise NotImplementedError
+
+    def state_dict(self) -> dict:
+        raise NotImplementedError
+
+    def load_state_dict(self, state: dict):
+        raise NotImplementedError
+
+    def rank_state_dict(self) -> dict:
+        return {}
+
+    def load_rank_state_dict(self, state: dict):
+        pass
+
+    @classmethod
+    def acting_policies(cls, config, env, state: dict) -> dict:
+        """Policy name -> a trained policy that training.actors can act with, from a
+        checkpoint's `algorithm` state (for evaluate and render)."""
+        raise NotImplementedError
+
+    @staticmethod
+    def set_lr(optimizer, lr: float):
+        for param_group in optimizer.param_groups:
+            param_group["lr"] = lr

@@ -1,0 +1,543 @@
+"""PPO, and A2C (its one-step special case), on device-resident rollouts.
+
+Read top to bottom: the config; a policy's rollout buffer; `PPO.collect` (a
+rollout of `rollout_len` steps over every replica, under no_grad, actions
+drawn on the device by training.actors, no host sync per step); `PPO.update`
+(per policy: GAE, then epochs of shuffled minibatches of the clipped
+surrogate, value loss and entropy bonus); checkpoints.
+
+Each policy of the env has its own model, optimizer and buffer, sized by its
+own observation and action space; its model runs on all of its agents in
+every replica in one call. The critic sees the agent's own observation
+(`policy.critic: local`, IPPO) or the replica's global state (`central`,
+MAPPO: the env's `state` array, else every agent's observation). In envs
+with per-agent done, an agent's steps after it finished are neither
+bootstrapped across nor trained on. Truncation is not failure: gamma *
+V(final state) is added to a truncated replica's reward (batched: see
+`TruncationBootstrap`).
+
+The learner runs at the device's speed (training.acceleration): bf16
+autocast and torch.compile where they work, and minibatches split into
+chunks of at most `max_minibatch_rows` rows whose gradients accumulate (the
+same gradient, bounded memory). Under DDP gradients are averaged across
+ranks, once per minibatch.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from gpusim.config import require
+from gpusim.errors import GpusimError, describe
+from gpusim.scale import distributed as dist
+
+from .. import losses
+from ..acceleration import MaybeCompiled
+from ..actors import Actors
+from ..models import make_model
+from .base import Algorithm
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    update_epochs: int = 4         # passes over each rollout
+    num_minibatches: int = 4       # gradient steps per pass
+    gae_lambda: float = 0.95       # GAE lambda
+    clip_coef: float = 0.2         # PPO ratio clipping (and value clipping)
+    clip_vloss: bool = True        # clip the value loss as PPO does
+    vf_coef: float = 0.5           # weight of the value loss
+    ent_coef: float = 0.01         # weight of the entropy bonus
+    max_grad_norm: float = 0.5     # gradient-norm clipping
+    norm_adv: bool = True          # normalise advantages per minibatch
+    max_minibatch_rows: int = 65536  # rows per forward/backward chunk of a minibatch: bounds
+                                     # activation memory; chunk gradients are accumulated
+    # every policy key applies (training.config.check_policy_keys)
+    policy_keys: ClassVar[frozenset] = frozenset(
+        ("hidden_sizes", "activation", "state_dependent_std", "log_std_init", "recurrent",
+         "recurrent_size", "bptt_len", "critic"))
+
+    def check(self):
+        for key in ("update_epochs", "num_minibatches", "max_minibatch_rows"):
+            require(getattr(self, key) >= 1, f"trainer.{key}", "must be at least 1")
+        require(0 <= self.gae_lambda <= 1, "trainer.gae_lambda", "must lie in [0, 1]")
+        require(self.clip_coef > 0, "trainer.clip_coef", "must be positive")
+        for key in ("vf_coef", "ent_coef", "max_grad_norm"):
+            require(getattr(self, key) >= 0, f"trainer.{key}", "must be >= 0")
+
+    def check_run(self, trainer):
+        require(self.num_minibatches <= trainer.num_envs * trainer.rollout_len,
+                "trainer.num_minibatches", "must not exceed num_envs x rollout_len")
+
+
+@dataclass(frozen=True)
+class A2CConfig(PPOConfig):
+    update_epochs: int = 1         # a2c: 1 (one gradient step per rollout)
+    num_minibatches: int = 1       # a2c: 1
+
+    def check(self):
+        super().check()
+        require(self.update_epochs == 1 and self.num_minibatches == 1, "trainer.algorithm",
+                "a2c takes one gradient step per rollout: update_epochs and num_minibatches "
+                "must be 1")
+
+
+def buffer_bytes(spec, rollout_len: int, num_envs: int, critic_dim: int = 0,
+                 mask_width: int = 0) -> int:
+    """What one policy's rollout buffer takes: obs, actions, log-prob, value, reward
+    (4 bytes each), done, active and mask entries (1 byte each), a central critic's states."""
+    rows = rollout_len * num_envs * spec.num_agents
+    return rows * (4 * (spec.obs_dim + spec.action_width + 3) + 2 + mask_width) \
+        + 4 * rollout_len * num_envs * critic_dim
+
+
+class PolicyBuffer:
+    """(rollout_len, num_envs, the policy's agents, ...) tensors on the env's device.
+
+    `actions` holds what the model's forward takes back: choice indices, or
+    the Gaussian's raw samples. `dones[t]` marks an agent whose episode ended
+    with step t (its replica's, or its own); `active[t]` whether it was still
+    playing at step t (always, without per-agent done). With action masks,
+    `masks[t]` the legal choices at step t; with a central critic, `states[t]`
+    the replica's global state (one per replica, not per agent).
+    """
+
+    def __init__(self, spec, rollout_len: int, num_envs: int, device, state_dim: int = 0,
+                 mask_width: int = 0, memory_size: int = 0, bptt_len: int = 1):
+        shape = (rollout_len, num_envs, spec.num_agents)
+        self.obs = torch.zeros(shape + (spec.obs_dim,), device=device)
+        self.actions = torch.zeros(shape + (spec.action_width,), device=device,
+                                   dtype=torch.float32 if spec.continuous else torch.int32)
+        self.log_probs = torch.zeros(shape, device=device)
+        self.values = torch.zeros(shape, device=device)
+        self.rewards = torch.zeros(shape, device=device)
+        self.dones = torch.zeros(shape, dtype=torch.bool, device=device)
+        self.active = torch.ones(shape, dtype=torch.bool, device=device)
+        self.masks = torch.ones(shape + (mask_width,), dtype=torch.bool, device=device) \
+            if mask_width else None
+        self.states = torch.zeros((rollout_len, num_envs, state_dim), device=device) \
+            if state_dim else None
+        self.memory = torch.zeros((rollout_len // bptt_len, num_envs, spec.num_agents,
+                                   memory_size), device=device) if memory_size else None
+
+    def rows(self, index: torch.Tensor) -> dict:
+        """The flat rows `index` (step, replica, agent) of every field the loss reads; `index`
+        may have a sequence dim: (sequences, steps)."""
+        def flat(x):
+            return x.view((-1,) + x.shape[3:])[index]
+        out = {"index": index, "obs": flat(self.obs), "actions": flat(self.actions),
+               "log_probs": flat(self.log_probs), "values": flat(self.values),
+               "mask": None if self.masks is None else flat(self.masks), "critic_obs": None}
+        if self.states is not None:  # a row's replica state: its (step, replica) row
+            agents = self.obs.shape[2]
+            out["critic_obs"] = self.states.view(-1, self.states.shape[-1])[index // agents]
+        return out
+
+
+@dataclass
+class PolicyGroup:
+    """One policy: its space, agents, model, optimizer, buffer and compiled passes."""
+    name: str
+    spec: object             # its gpusim.spaces.PolicySpec
+    agents: object           # a slice when the ids are contiguous (a view), else an index tensor
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    train_model: torch.nn.Module  # the model, or its DistributedDataParallel wrapper
+    value: MaybeCompiled          # critic input -> value, for rollouts
+    forward: MaybeCompiled        # the training pass: (obs, actions, mask, critic_obs) ->
+                                  # (log-prob, entropy, value)
+    buffer: PolicyBuffer
+
+    @property
+    def continuous(self) -> bool:
+        return self.spec.continuous
+
+
+class TruncationBootstrap:
+    """Adds gamma * V(final state) to the reward of truncated replicas, without a host sync.
+
+    Rather than running the critic on every replica's final observation at
+    every step, a truncated replica's final observation (and global state)
+    waits in its slot, and the critic evaluates the slots every `interval`
+    steps and at the end of the rollout. No replica truncates twice within
+    the env's `time_limit` (so `interval` = time_limit; 1 when the env
+    declares none), so no slot is overwritten before it is read. An agent
+    that left play on the truncating step itself (per-agent done) ended its
+    own episode: it gets no bootstrap.
+    """
+
+    def __init__(self, env, rollout_len: int, gamma: float, central: bool, memory: dict):
+        self.env = env
+        self.memory = memory  # recurrent policies: the actors' states, each step's latest
+        self.final_memory = {name: torch.zeros_like(m) for name, m in memory.items()}
+        self.gamma = gamma
+        self.interval = max(1, getattr(env, "time_limit", None) or 1)
+        self.final_obs = torch.zeros_like(env.arrays["final_obs"])
+        self.final_state = torch.zeros_like(env.global_state()) if central else None
+        self.playing = torch.ones((env.num_envs, env.num_agents), device=env.device)
+        self.pending = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
+        self.step = torch.zeros(env.num_envs, dtype=torch.long, device=env.device)
+        self.rows = torch.arange(env.num_envs, device=env.device)
+        self.rollout_len = rollout_len
+
+    def record(self, t: int, truncated: torch.Tensor):
+        env = self.env
+        torch.where(truncated[:, None, None], env.arrays["final_obs"], self.final_obs,
+                     out=self.final_obs)
+        if self.final_state is not None:
+            torch.where(truncated[:, None], env.global_state(final=True), self.final_state,
+                        out=self.final_state)
+        final_active = env.final_active()
+        if final_active is not None:
+            torch.where(truncated[:, None], final_active.float(), self.playing,
+                        out=self.playing)
+        for name, memory in self.memory.items():
+            torch.where(truncated[:, None, None], memory, self.final_memory[name],
+                        out=self.final_memory[name])
+        self.step.masked_fill_(truncated, t)
+        self.pending |= truncated
+
+    def due(self, t: int) -> bool:
+        return (t + 1) % self.interval == 0 or t == self.rollout_len - 1
+
+    def flush(self, algorithm, groups):
+        """Add the bootstrap of every pending slot to the reward of the step it truncated."""
+        for g in groups:
+            value = algorithm.values(g, self.final_obs, self.final_state,
+                                     self.final_memory.get(g.name))
+            rewards = g.buffer.rewards
+            flat = rewards.view((-1,) + rewards.shape[2:])
+            bonus = value.float() * (self.gamma * self.pending[:, None]) \
+                * self.playing[:, g.agents]
+            flat.index_add_(0, self.step * rewards.shape[1] + self.rows, bonus)
+        self.pending.zero_()
+
+
+class PPO(Algorithm):
+    Config = PPOConfig
+    stats = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
+    auto_scales = True
+
+    def __init__(self, config, env, context, timer):
+        super().__init__(config, env, context, timer)
+        t = config.trainer
+        self.central = config.policy.critic == "central"
+        self.bptt_len = config.policy.bptt_len if config.policy.recurrent != "none" else 0
+        if self.bptt_len and (self.central or t.rollout_len % self.bptt_len):
+            raise GpusimError("policy.recurrent needs policy.critic local and a rollout_len "
+                              f"that is a multiple of policy.bptt_len ({self.bptt_len})")
+        mask = env.action_mask()
+        self.mask_width = 0 if mask is None else mask.shape[-1]
+        self.state_dim = env.global_state().shape[-1] if self.central else 0
+        env.backend.check_fits(
+            f"the rollout buffers ({t.rollout_len} steps x {env.num_envs:,} replicas x "
+            f"{env.num_agents} agents)",
+            sum(buffer_bytes(spec, t.rollout_len, env.num_envs, self.state_dim, self.mask_width)
+                for spec in env.policy_specs.values()))
+        self.groups = [self._policy_group(name, spec)
+                       for name, spec in env.policy_specs.items()]
+        self.actors = Actors(env, {g.name: g.model for g in self.groups},
+                             wrap=lambda fn, what: MaybeCompiled(fn, what, self.use_compile))
+        self.bootstrap = TruncationBootstrap(env, t.rollout_len, t.gamma, self.central,
+                                             self.actors.memory)
+        self.shuffle = torch.Generator().manual_seed(t.seed)
+
+    def _policy_group(self, name, spec) -> PolicyGroup:
+        env, config = self.env, self.config
+        model = make_model(spec, config.policy, self.state_dim or None).to(env.device)
+        optimizer = torch.optim.Adam(model.parameters(), lr=config.trainer.lr, eps=1e-5)
+        train_model = self._wrap(model)
+        group = PolicyGroup(
+            name, spec, self.agents[name], model, optimizer, train_model,
+            MaybeCompiled(model.value, f"policy {name!r} (value)", self.use_compile),
+            MaybeCompiled(train_model, f"policy {name!r} (update)", self.use_compile),
+            PolicyBuffer(spec, config.trainer.rollout_len, env.num_envs, env.device,
+                         self.state_dim, self.mask_width, model.state_size,
+                         max(1, self.bptt_len)))
+        if group.forward.active:
+            self._probe(group)
+        return group
+
+    def _wrap(self, model):
+        """DDP under several ranks (gradients averaged); its constant buffers (a Gaussian's
+        bounds) need no broadcast on every forward."""
+        if not self.distributed:
+            return model
+        from torch.nn.parallel import DistributedDataParallel
+        device = self.env.device
+        device_ids = [device.index] if device.type == "cuda" else None
+        return DistributedDataParallel(model, device_ids=device_ids, broadcast_buffers=False)
+
+    def _probe(self, group: PolicyGroup):
+        """Compile the update's forward and backward now, so a compiler failure falls
+        back before training (a backward compiled lazily could not fall back later)."""
+        rows = torch.arange(min(8, group.buffer.rewards.numel()), device=self.env.device)
+        inputs = self._forward_inputs(group, rows[:, None] if self.bptt_len else rows)
+        no_sync = group.train_model.no_sync() if self.distributed else contextlib.nullcontext()
+        try:
+            with no_sync, self.precision.autocast():
+                out = group.forward.compiled(*inputs)
+            with no_sync:
+                sum(o.float().sum() for o in out).backward()
+        except Exception as exc:  # noqa: BLE001 - any compiler failure: run eagerly
+            group.forward.fall_back(exc)
+        group.optimizer.zero_grad(set_to_none=True)
+
+    def values(self, g: PolicyGroup, obs: torch.Tensor, state: torch.Tensor | None,
+               memory: torch.Tensor | None = None):
+        """(envs, the policy's agents) values of an (envs, agents, obs) array (after the
+        recurrent states `memory`), or of the replicas' global `state` with a central
+        critic."""
+        with self.precision.autocast():
+            if state is not None:
+                return g.value(state)[:, None].expand(-1, g.spec.num_agents)
+            own = self.observe(g.name, obs)
+            return g.value(own) if memory is None else g.value(own, memory)
+
+    # ---- rollout -------------------------------------------------------------------
+    @torch.no_grad()
+    def collect(self, env_steps: int):
+        env = self.env
+        for t in range(self.config.trainer.rollout_len):
+            with self.timer("forward"):
+                active = env.agent_active()
+                self._store_inputs(t, active)
+                with self.precision.autocast():
+                    acted = self.actors.act(self.next_obs)  # written into the env's arrays
+                for g in self.groups:
+                    g.buffer.actions[t].copy_(acted.stored[g.name])
+                    g.buffer.log_probs[t].copy_(acted.log_prob[g.name])
+            with self.timer("env"):
+                _, reward, terminated, truncated, info = env.step()
+            with self.timer("forward"):
+                self._store_outcome(t, reward, info["reset_mask"], truncated, active)
+
+    def _store_inputs(self, t: int, active):
+        """Step t's observation, activity, legal choices, critic input and value, per policy."""
+        state = self.env.global_state() if self.central else None
+        mask = self.env.action_mask()
+        for g in self.groups:
+            buf = g.buffer
+            buf.obs[t].copy_(self.observe(g.name, self.next_obs))
+            if active is not None:
+                buf.active[t] = active[:, g.agents]
+            if buf.masks is not None:
+                buf.masks[t] = mask[:, g.agents, :self.mask_width]
+            if buf.states is not None:
+                buf.states[t].copy_(state)
+            memory = self.actors.memory.get(g.name)
+            if memory is not None and t % self.bptt_len == 0:  # a sequence starts
+                buf.memory[t // self.bptt_len].copy_(memory)
+            buf.values[t] = self.values(g, self.next_obs, state, memory)
+
+    def _store_outcome(self, t: int, reward, done, truncated, active):
+        """Step t's rewards and done marks; the truncation bootstrap; episode returns."""
+        still = self.env.agent_active()
+        for g in self.groups:
+            buf = g.buffer
+            torch.mul(reward[:, g.agents], self.config.trainer.reward_scale, out=buf.rewards[t])
+            # an agent's episode ends with its replica's, or when it stops playing
+            buf.dones[t] = done[:, None]
+            if active is not None:
+                buf.dones[t] |= buf.active[t] & ~still[:, g.agents]
+        self.bootstrap.record(t, truncated)
+        if self.bootstrap.due(t):
+            self.bootstrap.flush(self, self.groups)
+        self.actors.episode_ended(done, still)
+        self.episodes.record(t, reward, done, active)
+
+    # ---- update --------------------------------------------------------------------
+    def update(self, lr: float) -> dict:
+        return {g.name: self._update_policy(g, lr) for g in self.groups}
+
+    def _update_policy(self, g: PolicyGroup, lr: float) -> dict:
+        cfg, buf = self.cfg, g.buffer
+        self.set_lr(g.optimizer, lr)
+        with torch.no_grad():
+            state = self.env.global_state() if self.central else None
+            next_value = self.values(g, self.next_obs, state, self.actors.memory.get(g.name))
+            advantages, returns = losses.gae(buf.rewards, buf.values, buf.dones,
+                                             next_value.float(), self.config.trainer.gamma,
+                                             cfg.gae_lambda)
+        advantages, returns = advantages.reshape(-1), returns.reshape(-1)
+        if self.bptt_len:
+            return self._update_sequences(g, advantages, returns)
+        # the rows it trains on: every row, or with per-agent done the agents still playing
+        played = None if self.env.agent_active_array is None \
+            else buf.active.reshape(-1).nonzero().squeeze(1)  # one host sync per update
+        batch = advantages.numel() if played is None else played.numel()
+        minibatch = batch // cfg.num_minibatches
+        if played is not None and self.distributed:  # ranks skip together, or none does
+            minibatch = minibatch if dist.min_across(minibatch) > 0 else 0
+        stats = torch.zeros(len(self.stats), device=advantages.device)
+        if minibatch == 0:  # (nearly) nobody played: nothing to learn from
+            return dict(zip(self.stats, stats.tolist()))
+        for _ in range(cfg.update_epochs):
+            order = torch.randperm(batch, generator=self.shuffle).to(advantages.device)
+            if played is not None:
+                order = played[order]
+            for start in range(0, minibatch * cfg.num_minibatches, minibatch):
+                stats += self._minibatch_step(g, order[start:start + minibatch],
+                                              advantages, returns)
+        stats /= cfg.update_epochs * cfg.num_minibatches
+        return dict(zip(self.stats, stats.tolist()))
+
+    def _minibatch_step(self, g: PolicyGroup, index, advantages, returns):
+        """One gradient step on the rows `index`, in chunks of at most max_minibatch_rows.
+
+        Each chunk's loss is weighted by its share of the minibatch, so the
+        accumulated gradient is that of the whole minibatch's mean loss.
+        Returns the minibatch's loss statistics (`stats` order).
+        """
+        cfg = self.cfg
+        adv = advantages[index]
+        if cfg.norm_adv and adv.numel() > 1:  # over the whole minibatch, as unchunked
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        size = index.numel()
+        chunk = min(size, cfg.max_minibatch_rows)
+        stats = torch.zeros(len(self.stats), device=adv.device)
+        g.optimizer.zero_grad(set_to_none=True)
+        for start in range(0, size, chunk):
+            rows = index[start:start + chunk]
+            last = start + chunk >= size
+            sync = contextlib.nullcontext() if last or not self.distributed \
+                else g.train_model.no_sync()  # DDP all-reduces once, after the last chunk
+            with sync:
+                chunk_stats, loss = self._loss(g, g.buffer.rows(rows), adv[start:start + chunk],
+                                               returns[rows])
+                weight = rows.numel() / size
+                (loss * weight).backward()
+            stats += chunk_stats * weight
+        torch.nn.utils.clip_grad_norm_(g.model.parameters(), cfg.max_grad_norm)
+        g.optimizer.step()
+        return stats
+
+    def _forward_inputs(self, g: PolicyGroup, rows) -> tuple:
+        """The training pass's inputs for buffer rows `rows`: flat rows, or (sequences,
+        steps) of a recurrent policy with its states and restarts."""
+        batch = g.buffer.rows(rows)
+        inputs = (batch["obs"], batch["actions"], batch["mask"], batch["critic_obs"])
+        if not self.bptt_len:
+            return inputs
+        buf, steps = g.buffer, rows.shape[1]
+        per_step = buf.rewards.shape[1] * buf.rewards.shape[2]  # rows between steps
+        first = rows[:, 0]  # the sequence's start: its recurrent state, stored per sequence
+        start_state = buf.memory.view(-1, buf.memory.shape[-1])[
+            (first // (per_step * self.bptt_len)) * per_step + first % per_step]
+        dones = buf.dones.reshape(-1)
+        resets = torch.zeros(rows.shape, dtype=torch.bool, device=rows.device)
+        if steps > 1:  # an episode that ended with step l-1 restarts the state at l
+            resets[:, 1:] = dones[rows[:, :-1]]
+        return inputs + (start_state, resets)
+
+    def _loss(self, g: PolicyGroup, batch: dict, adv, returns, weights=None):
+        """(detached statistics, loss) of the PPO objective on buffer rows `batch` (from
+        `PolicyBuffer.rows`); `weights` counts only rows in play (recurrent sequences)."""
+        cfg = self.cfg
+        with self.precision.autocast():
+            new_log_prob, entropy, new_value = g.forward(
+                *self._forward_inputs(g, batch["index"]))
+        old_log_prob = batch["log_probs"]
+        pg_loss, clip_fraction = losses.policy_loss(new_log_prob, old_log_prob, adv,
+                                                    cfg.clip_coef, weights)
+        v_loss = losses.value_loss(new_value, batch["values"], returns,
+                                   cfg.clip_coef if cfg.clip_vloss else None, weights)
+        entropy = losses.weighted_mean(entropy, weights)
+        loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
+        with torch.no_grad():
+            stats = torch.stack([pg_loss, v_loss, entropy,
+                                 losses.approx_kl(new_log_prob, old_log_prob, weights),
+                                 clip_fraction])
+        return stats, loss
+
+    # ---- recurrent policies: minibatches of agent sequences ----------------------------
+    def _update_sequences(self, g: PolicyGroup, advantages, returns) -> dict:
+        """Epochs of shuffled minibatches of whole agent sequences (`bptt_len` steps from a
+        stored recurrent state), truncated backpropagation through time within each; rows
+        where an agent was out of play weigh 0."""
+        cfg, buf, length = self.cfg, g.buffer, self.bptt_len
+        steps, envs, agents = buf.rewards.shape
+        per_step = envs * agents
+        sequences = (steps // length) * per_step
+        device = advantages.device
+        seq = torch.arange(sequences, device=device)
+        starts = (seq // per_step) * length * per_step + seq % per_step
+        offsets = torch.arange(length, device=device) * per_step
+        minibatch = sequences // cfg.num_minibatches
+        stats = torch.zeros(len(self.stats), device=device)
+        if minibatch == 0:
+            return dict(zip(self.stats, stats.tolist()))
+        active = buf.active.reshape(-1).float()
+        for _ in range(cfg.update_epochs):
+            order = torch.randperm(sequences, generator=self.shuffle).to(device)
+            for first in range(0, minibatch * cfg.num_minibatches, minibatch):
+                rows = starts[order[first:first + minibatch]][:, None] + offsets
+                stats += self._sequence_step(g, rows, advantages, returns, active)
+        stats /= cfg.update_epochs * cfg.num_minibatches
+        return dict(zip(self.stats, stats.tolist()))
+
+    def _sequence_step(self, g: PolicyGroup, rows, advantages, returns, active):
+        """One gradient step on the sequences `rows` (sequences, steps), in chunks of at most
+        max_minibatch_rows rows; each chunk weighted by its share of the rows in play."""
+        cfg = self.cfg
+        weights, adv = active[rows], advantages[rows]
+        total = weights.sum().clamp_min(1.0)
+        if cfg.norm_adv:
+            mean = (adv * weights).sum() / total
+            std = (((adv - mean) ** 2 * weights).sum() / (total - 1).clamp_min(1.0)).sqrt()
+            adv = (adv - mean) / (std + 1e-8)
+        chunk = max(1, cfg.max_minibatch_rows // rows.shape[1])
+        stats = torch.zeros(len(self.stats), device=adv.device)
+        g.optimizer.zero_grad(set_to_none=True)
+        for start in range(0, rows.shape[0], chunk):
+            part = slice(start, start + chunk)
+            last = start + chunk >= rows.shape[0]
+            sync = contextlib.nullcontext() if last or not self.distributed \
+                else g.train_model.no_sync()
+            with sync:
+                chunk_stats, loss = self._loss(g, g.buffer.rows(rows[part]), adv[part],
+                                               returns[rows[part]], weights[part])
+                share = weights[part].sum() / total
+                (loss * share).backward()
+            stats += chunk_stats * share
+        torch.nn.utils.clip_grad_norm_(g.model.parameters(), cfg.max_grad_norm)
+        g.optimizer.step()
+        return stats
+
+    # ---- checkpoints -----------------------------------------------------------------
+    def models(self) -> dict:
+        return {g.name: g.model for g in self.groups}
+
+    def state_dict(self) -> dict:
+        return {"models": {g.name: g.model.state_dict() for g in self.groups},
+                "optimizers": {g.name: g.optimizer.state_dict() for g in self.groups},
+                "shuffle_rng": self.shuffle.get_state()}
+
+    def load_state_dict(self, state: dict):
+        for g in self.groups:
+            g.model.load_state_dict(state["models"][g.name])
+            g.optimizer.load_state_dict(state["optimizers"][g.name])
+        self.shuffle.set_state(state["shuffle_rng"])
+
+    @classmethod
+    def acting_policies(cls, config, env, state: dict) -> dict:
+        state_dim = env.global_state().shape[-1] if config.policy.critic == "central" else None
+        policies = {}
+        for name, spec in env.policy_specs.items():
+            model = make_model(spec, config.policy, state_dim).to(env.device)
+            try:
+                model.load_state_dict(state["models"][name])
+            except (KeyError, RuntimeError) as exc:
+                raise GpusimError(f"the checkpoint's policy {name!r} does not fit "
+                                  f"{env.name} under this config ({describe(exc)[:120]})") \
+                    from None
+            policies[name] = model.eval()
+        return policies
+
+
+class A2C(PPO):
+    """PPO with one epoch of one minibatch: the ratio is exactly 1 at that single step, so
+    the clipped loss's gradient is the plain policy gradient."""
+    Config = A2CConfig

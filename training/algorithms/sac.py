@@ -1,0 +1,54 @@
+"""SAC: a squashed-Gaussian actor, twin critics and an entropy bonus.
+
+The target is the smaller target critic at the actor's own sampled next
+action, minus alpha times its log-probability; the actor minimises
+alpha * log pi(a|s) - min Q(s, a) for a freshly sampled a; alpha is fixed
+(`sac_alpha`) or tuned towards an entropy of -(action dims).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpusim.config import require
+
+from .offpolicy import OffPolicy, OffPolicyConfig, OffPolicyModel
+
+
+@dataclass(frozen=True)
+class SACConfig(OffPolicyConfig):
+    sac_alpha: float | None = None  # the entropy weight (0: none); null tunes it towards an
+                                    # entropy of -(action dims)
+
+    def check(self):
+        super().check()
+        require(self.sac_alpha is None or self.sac_alpha >= 0, "trainer.sac_alpha",
+                "must be >= 0, or null (tuned)")
+
+
+class SAC(OffPolicy):
+    Config = SACConfig
+    num_critics = 2
+    stochastic = True
+
+    @classmethod
+    def model_for(cls, config, spec, exploring: bool = True) -> OffPolicyModel:
+        alpha = config.algo.sac_alpha
+        return OffPolicyModel(spec, config.policy, cls.num_critics, stochastic=True,
+                              alpha=alpha, tune_alpha=alpha is None)
+
+    def next_action(self, g, next_obs):
+        return g.model.actor(next_obs)
+
+    def actor_loss(self, g, obs, alpha):
+        action, log_prob = g.model.actor(obs)
+        q = g.model.q(g.model.critics, obs, action).min(0).values
+        return (alpha * log_prob - q).sum() / self.cfg.batch_size, log_prob
+
+    def after_actor_step(self, g, log_prob):
+        """Tuned alpha: one step towards an entropy of -(action dims)."""
+        model = g.model
+        if model.log_alpha.requires_grad:
+            target_entropy = -g.spec.action_width
+            loss = -(model.log_alpha * (log_prob.detach() + target_entropy)).sum() \
+                / self.cfg.batch_size
+            self._step(g, "alpha", loss, [model.log_alpha])

@@ -1,0 +1,327 @@
+"""The run loop: iterations, metrics, checkpoints, signals and finite checks, for any algorithm.
+
+Read top to bottom: `Trainer` builds this rank's env and the algorithm
+`trainer.algorithm` names (training.algorithms), then `train` runs
+iterations until the step budget or the target return: each iteration the
+algorithm collects a rollout and updates its policies; the loop pools
+finished episodes and loss statistics across ranks (so every rank logs the
+same metrics and stops at the same iteration), stops on a non-finite loss
+or parameter before anything of that iteration is kept, logs, and writes
+checkpoints. SIGINT/SIGTERM stop it after the current iteration, with a
+checkpoint.
+
+With several processes (a DeviceContext with world_size > 1) each rank
+steps its own replicas (replica ids offset by rank, so their RNG streams
+differ); the algorithm keeps the ranks' models identical.
+"""
+from __future__ import annotations
+
+import collections
+import contextlib
+import itertools
+import math
+import signal
+import sys
+import threading
+import time
+
+import torch
+
+from gpusim.errors import GpusimError, describe
+from gpusim.scale import distributed as dist
+from gpusim.scale.device import DeviceContext
+
+from .algorithms import algorithm_class
+from .config import RunConfig
+from .timing import SectionTimer
+
+RECENT_EPISODES = 100
+CHECKPOINT_FORMAT = 2  # the layout of a checkpoint: loop state, "algorithm", "ranks"
+CHECKPOINT_KEYS = ("format", "iteration", "env_steps", "elapsed_s", "episodes",
+                   "recent_returns", "torch_rng", "algorithm", "ranks")
+
+
+class Diverged(GpusimError):
+    """A loss or a parameter became NaN or infinite: the run stops before logging it."""
+    exit_code = 1  # not bad input: the run itself failed
+
+
+class Stopped(Exception):
+    """SIGINT or SIGTERM: the run stopped after an iteration, with a checkpoint of it."""
+
+    def __init__(self, iteration: int):
+        super().__init__(f"interrupted after iteration {iteration}")
+        self.iteration = iteration
+
+
+@contextlib.contextmanager
+def stop_requests(announce: bool = True):
+    """A flag that the first SIGINT or SIGTERM sets; the second stops at once.
+
+    The loop checks it after each iteration, so Ctrl-C leaves a checkpoint of
+    a whole iteration behind (only from the main thread: elsewhere signals
+    keep their handlers).
+    """
+    flag = {"requested": False}
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+    signals = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.getsignal(sig) for sig in signals}
+
+    def handle(signum, frame):
+        if flag["requested"]:
+            raise KeyboardInterrupt
+        flag["requested"] = True
+        if announce:
+            print("\nstopping after this iteration, with a checkpoint "
+                  "(Ctrl-C again to stop now)", file=sys.stderr, flush=True)
+    for sig in signals:
+        signal.signal(sig, handle)
+    try:
+        yield flag
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+class Trainer:
+    def __init__(self, config: RunConfig, env_class, context: DeviceContext | None = None,
+                 logger=None):
+        """`context` gives the device, backend and rank (default: a lone process on
+        `trainer.backend`); `logger` (rank 0's RunLogger, or None) receives metrics
+        and checkpoints, and may be attached later (`attach_logger`)."""
+        self.config = config
+        t = config.trainer
+        torch.manual_seed(t.seed)
+        if context is None:
+            context = DeviceContext()
+            context.bind(t.backend, quiet=True, torch_threads=t.torch_threads)
+        self.distributed = context.world_size > 1
+        self.rank = context.rank
+        self.world_size = context.world_size
+        self.env = env_class(num_envs=t.num_envs, backend=context.backend, seed=t.seed,
+                             config=config.env, env_offset=context.replica_offset(t.num_envs))
+        self.timer = SectionTimer(self.env.device)
+        self.algorithm = algorithm_class(t.algorithm)(config, self.env, context, self.timer)
+        self.logger = logger
+        self.steps_per_iteration = t.steps_per_iteration * self.world_size  # all ranks
+        self.num_iterations = t.num_iterations(self.world_size)
+        # running state, all saved in checkpoints
+        self.iteration = 0
+        self.env_steps = 0
+        self.elapsed_s = 0.0
+        self.lr_anchor = (0, t.lr)  # see learning_rate
+        self.last_lr = t.lr
+        self.env.reset()
+        self.recent = {name: collections.deque(maxlen=RECENT_EPISODES)
+                       for name in self.env.policy_specs}
+        self.episodes = 0
+
+    def attach_logger(self, logger):
+        self.logger = logger
+
+    # ---- one iteration ---------------------------------------------------------------
+    def iterate(self, lr: float) -> dict:
+        """A rollout, then an update of every policy: their statistics."""
+        self.algorithm.collect(self.env_steps)
+        with self.timer("update"):
+            return self.algorithm.update(lr)
+
+    def train(self):
+        """Iterate to the end (or the target return); raises Stopped on SIGINT/SIGTERM."""
+        # launched ranks leave the announcement to the launcher; rank 0 makes it otherwise
+        with stop_requests(announce=self.rank == 0 and not dist.launched_here()) as stop:
+            while self.iteration < self.num_iterations:
+                stopping = self._train_one(stop["requested"])
+                if stopping:
+                    raise Stopped(self.iteration)
+                if self.solved():
+                    break
+        return self.summary()
+
+    def _train_one(self, stop_requested: bool) -> bool:
+        """One iteration, logged and (when due) checkpointed; whether the run must stop."""
+        start = time.perf_counter()
+        self.timer.reset()
+        lr = self.last_lr = self.learning_rate()
+        stats = self.iterate(lr)
+        finished = self.algorithm.episodes.finished()  # one host read per iteration
+        stats, stopping = self._share(finished, stats, stop_requested)
+        self._check_finite(stats)  # before anything of this iteration is kept
+        seconds = time.perf_counter() - start
+        self.iteration += 1
+        self.env_steps += self.steps_per_iteration
+        self.elapsed_s += seconds
+        if self.logger is not None:
+            self.logger.log(self.metrics(stats, seconds, lr))
+        if self.iteration % self.config.trainer.checkpoint_every == 0 or stopping \
+                or self.solved() or self.iteration == self.num_iterations:
+            state = self.state_dict()  # collective: every rank takes part
+            if self.logger is not None:
+                self.logger.checkpoint(self.iteration, state)
+        return stopping
+
+    def _share(self, finished: dict, stats: dict, stop: bool = False) -> tuple[dict, bool]:
+        """Pool every rank's finished episodes (in rank order), average the statistics, and
+        agree to stop if any rank was asked to (so every rank stops after the same
+        iteration)."""
+        parts = dist.all_gather((finished, stats, stop)) if self.distributed \
+            else [(finished, stats, stop)]
+        for rank_finished, _, _ in parts:
+            for name, returns in rank_finished.items():
+                self.recent[name].extend(returns)
+            self.episodes += len(next(iter(rank_finished.values()), []))
+        return ({name: {key: sum(p[1][name][key] for p in parts) / len(parts) for key in values}
+                 for name, values in stats.items()}, any(p[2] for p in parts))
+
+    def learning_rate(self) -> float:
+        """trainer.lr, or with anneal_lr falling linearly to 0 at the last iteration.
+
+        The line starts at `lr_anchor` (iteration, lr): (0, lr) for a new run.
+        A resumed run that was extended starts from the rate of its last
+        iteration and anneals from there to the new end: the rate never goes
+        back up.
+        """
+        t_cfg = self.config.trainer
+        if not t_cfg.anneal_lr:
+            return t_cfg.lr
+        start, lr = self.lr_anchor
+        return lr * max(0.0, 1 - (self.iteration - start) / max(1, self.num_iterations - start))
+
+    def _check_finite(self, stats: dict):
+        """Raise Diverged at the first non-finite statistic or parameter."""
+        problem = None
+        for name, values in stats.items():
+            bad = [k for k, v in values.items() if not math.isfinite(v)]
+            if bad:
+                problem = f"policy '{name}' has a non-finite {bad[0]} ({values[bad[0]]})"
+                break
+        models = self.algorithm.models()
+        if problem is None:
+            params = {name: list(m.parameters()) for name, m in models.items()}
+            finite = torch.stack([p.isfinite().all() for ps in params.values() for p in ps])
+            if not bool(finite.all()):  # one host read per iteration
+                index = int((~finite).nonzero()[0])
+                ends = itertools.accumulate(len(ps) for ps in params.values())
+                owner = next(name for name, end in zip(params, ends) if index < end)
+                problem = f"policy '{owner}' has non-finite parameters"
+        if problem is not None:
+            raise Diverged(f"training diverged at iteration {self.iteration + 1}: {problem}; "
+                           "it was neither logged nor checkpointed; lower trainer.lr or "
+                           "check the env's rewards")
+
+    def solved(self) -> bool:
+        """Whether every policy reached `target_return` over the last 100 finished episodes."""
+        target = self.config.trainer.target_return
+        return target is not None and all(
+            len(self.recent[name]) == RECENT_EPISODES and self.recent_return(name) >= target
+            for name in self.recent)
+
+    def metrics(self, stats: dict, seconds: float, lr: float) -> dict:
+        steps = self.steps_per_iteration
+        times = self.timer.totals()
+        m = {"iteration": self.iteration, "env_steps": self.env_steps,
+             "time_s": round(self.elapsed_s, 4), "env_steps_per_s": steps / seconds,
+             "episodes": self.episodes, "lr": lr, "num_processes": self.world_size}
+        for name, values in stats.items():
+            m[f"episode_return/{name}"] = self.recent_return(name)
+            for key, value in values.items():
+                m[f"{key}/{name}"] = value
+        for section in ("env", "forward", "update"):
+            m[f"time_share/{section}"] = times.get(section, 0.0) / seconds
+        return m
+
+    def recent_return(self, name):
+        recent = self.recent[name]
+        return sum(recent) / len(recent) if recent else None
+
+    def summary(self) -> dict:
+        return {"iterations": self.iteration, "env_steps": self.env_steps,
+                "time_s": self.elapsed_s, "episodes": self.episodes, "solved": self.solved(),
+                "episode_return": {name: self.recent_return(name) for name in self.recent}}
+
+    # ---- checkpoints -------------------------------------------------------------------
+    def state_dict(self) -> dict | None:
+        """The whole run's state on rank 0 (each rank's replicas included); None elsewhere.
+
+        With several ranks this is a collective: every rank must call it.
+        """
+        own = self._rank_state()
+        ranks = dist.gather_to_main(own) if self.distributed else [own]
+        if self.rank != 0:
+            return None
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "iteration": self.iteration, "env_steps": self.env_steps,
+            "elapsed_s": self.elapsed_s, "episodes": self.episodes,
+            "recent_returns": {k: list(v) for k, v in self.recent.items()},
+            "torch_rng": torch.get_rng_state(),
+            "lr": self.last_lr, "lr_anchor": list(self.lr_anchor),
+            "num_iterations": self.num_iterations,
+            "algorithm": self.algorithm.state_dict(),
+            "ranks": ranks,
+        }
+
+    def _rank_state(self) -> dict:
+        """What is this process's own: its replicas' state and the algorithm's own part."""
+        env = self.env
+        return {"env_state": {k: v.cpu() for k, v in env.get_state(include_rng=True).items()},
+                "next_obs": env.arrays["obs"].cpu(),
+                "episode_return": self.algorithm.episodes.running.cpu(),
+                "algorithm": _to_cpu(self.algorithm.rank_state_dict())}
+
+    def _load_rank_state(self, own: dict):
+        self.env.set_state(own["env_state"])
+        self.env.arrays["obs"].copy_(own["next_obs"])
+        self.algorithm.episodes.running.copy_(own["episode_return"])
+        self.algorithm.load_rank_state_dict(own["algorithm"])
+
+    def load_state_dict(self, state: dict):
+        """Continue from a checkpoint; one that does not fit this run is a GpusimError."""
+        if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+            raise GpusimError("the checkpoint was not written by this version of gpusim's "
+                              "trainer (its layout differs); start the run again")
+        missing = [k for k in CHECKPOINT_KEYS if k not in state]
+        if missing:
+            raise GpusimError(f"the checkpoint lacks {', '.join(missing)}: it is damaged")
+        ranks = state["ranks"]
+        if not isinstance(ranks, list) or not all(isinstance(r, dict) for r in ranks):
+            raise GpusimError("the checkpoint's per-process state is damaged (not a list)")
+        if len(ranks) != self.world_size:
+            raise GpusimError(f"the checkpoint holds {len(ranks)} processes' replicas; "
+                              f"resume it with {len(ranks)} processes, not {self.world_size}")
+        for part in ("recent_returns",):
+            absent = [name for name in self.recent if name not in state[part]]
+            if absent:
+                raise GpusimError(f"the checkpoint's {part} have no policy {absent[0]!r} "
+                                  f"(it holds {', '.join(map(repr, state[part])) or 'none'})")
+        try:
+            self.algorithm.load_state_dict(state["algorithm"])
+            self._load_rank_state(ranks[self.rank])
+        except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as exc:
+            raise GpusimError(f"the checkpoint does not fit this run ({describe(exc)[:160]}); "
+                              "was the env, policy or trainer config changed?") from None
+        torch.set_rng_state(state["torch_rng"])
+        self.iteration = state["iteration"]
+        self.env_steps = state["env_steps"]
+        self.elapsed_s = state["elapsed_s"]
+        self.episodes = state["episodes"]
+        for name in self.recent:
+            self.recent[name].extend(state["recent_returns"][name])
+        self.lr_anchor = tuple(state.get("lr_anchor", self.lr_anchor))
+        if state.get("num_iterations", self.num_iterations) != self.num_iterations:
+            # extended (or shortened) with --total_steps: anneal on from the rate its
+            # last iteration used
+            self.lr_anchor = (self.iteration, state["lr"])
+
+
+def _to_cpu(value):
+    """Tensors in nested dicts and lists moved to the host (checkpoints gather on rank 0)."""
+    if isinstance(value, torch.Tensor):
+        return value.cpu()
+    if isinstance(value, dict):
+        return {k: _to_cpu(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_cpu(v) for v in value)
+    return value

@@ -38,7 +38,7 @@ from gpusim.training.acceleration import resolve_precision
 from gpusim.training.autoscale import auto_scale, measure_training
 from gpusim.training.config import load_run_config
 from gpusim.training.models import ActorCritic
-from gpusim.training.trainer import Trainer
+from gpusim.training.loop import Trainer
 
 ENV = "tag_continuous"
 ENV_CONFIG = {"num_taggers": 10, "num_runners": 100}

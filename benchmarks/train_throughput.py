@@ -157,11 +157,11 @@ def learner_limit(device: torch.device, precision: str, rows: int, repeats: int 
 
     def forward():
         with torch.no_grad(), autocast():
-            model.act(obs)
+            model.log_probs(obs), model.value(obs)
 
     def update():
         with autocast():
-            log_prob, entropy, value = model.evaluate(obs, actions)
+            log_prob, entropy, value = model(obs, actions)
         loss = -log_prob.mean() - 0.01 * entropy.mean() + 0.5 * (value ** 2).mean()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -200,9 +200,11 @@ def damaged_runs(files: Path):
     (latest,) = checkpoint.list_checkpoints(run / "checkpoints")[-1:]
     state = torch.load(latest, weights_only=True)
     for name, change in (("no_ranks", lambda s: s.pop("ranks")),
-                         ("no_policy", lambda s: s["models"].update(other=s["models"].pop("agent")))):
+                         ("no_policy", lambda s: s["algorithm"]["models"].update(
+                             other=s["algorithm"]["models"].pop("agent")))):
         shutil.copytree(run, files / name)
-        damaged = dict(state, models=dict(state["models"]))
+        damaged = dict(state, algorithm=dict(state["algorithm"],
+                                             models=dict(state["algorithm"]["models"])))
         change(damaged)
         torch.save(damaged, files / name / "checkpoints" / latest.name)
     shutil.copytree(run, files / "bad_metrics")

@@ -134,7 +134,7 @@ def test_gaussian_log_prob_matches_torch_distributions(state_dependent):
     low, high = (-2.0, 0.0, -1.0), (2.0, 1.0, 3.0)
     model = GaussianActorCritic(5, low, high, (16,), "tanh", state_dependent, log_std_init=-0.5)
     obs = torch.randn(64, 5)
-    raw, log_prob, _ = model.act(obs)
+    raw, log_prob, _ = model.sample(obs)
     mean, log_std = model.distribution(obs)
     center = (torch.tensor(high) + torch.tensor(low)) / 2
     half = (torch.tensor(high) - torch.tensor(low)) / 2
@@ -145,9 +145,9 @@ def test_gaussian_log_prob_matches_torch_distributions(state_dependent):
     want = squashed.log_prob(action).sum(-1)
     torch.testing.assert_close(log_prob, want, rtol=1e-4, atol=1e-4)
     # evaluate gives the same for the stored raw action; far in the tails it stays finite
-    torch.testing.assert_close(model.evaluate(obs, raw)[0], log_prob)
-    assert bool(torch.isfinite(model.evaluate(obs, torch.full_like(raw, 30.0))[0]).all())
-    entropy = model.evaluate(obs, raw)[1]
+    torch.testing.assert_close(model(obs, raw)[0], log_prob)
+    assert bool(torch.isfinite(model(obs, torch.full_like(raw, 30.0))[0]).all())
+    entropy = model(obs, raw)[1]
     torch.testing.assert_close(entropy, Normal(mean, log_std.exp()).entropy().sum(-1))
 
 
@@ -171,15 +171,15 @@ def test_rollout_marks_per_agent_done_and_trains_only_on_agents_in_play(monkeypa
     seen = []
     original = PPO._loss
 
-    def spy(self, group, rows, adv, returns):
-        seen.append((group.name, rows))
-        return original(self, group, rows, adv, returns)
+    def spy(self, group, batch, adv, returns, weights=None):
+        seen.append((group.name, batch["index"], weights))
+        return original(self, group, batch, adv, returns, weights)
     monkeypatch.setattr(PPO, "_loss", spy)
     for g in t.algorithm.groups:
         t.algorithm._update_policy(g, 1e-3)
-    for name, rows in seen:
+    for name, rows, weights in seen:  # a row out of play weighs nothing in the loss
         buffer = next(g.buffer for g in t.algorithm.groups if g.name == name)
-        assert bool(buffer.active.reshape(-1)[rows].all())
+        assert torch.equal(weights, buffer.active.reshape(-1)[rows].float())
 
 
 def test_two_policies_with_different_spaces_learn():
@@ -213,7 +213,8 @@ def test_checkpoint_and_resume_match_an_uninterrupted_run(tmp_path):
                 for r in rows]
     assert metrics(part_dir) == metrics(full_dir)
     state = torch.load(sorted((full_dir / "checkpoints").iterdir())[-1], weights_only=True)
-    assert "log_std" in state["models"]["glider"] and "log_std" not in state["models"]["stepper"]
+    models = state["algorithm"]["models"]
+    assert "log_std" in models["glider"] and "log_std" not in models["stepper"]
 
 
 # ---- evaluation, rendering and adapters ---------------------------------------------------

@@ -58,9 +58,9 @@ def test_minibatch_rows_are_capped(monkeypatch):
     seen = []
     original = PPO._loss
 
-    def spy(self, group, rows, adv, returns):
-        seen.append(rows.numel())
-        return original(self, group, rows, adv, returns)
+    def spy(self, group, batch, adv, returns, weights=None):
+        seen.append(batch["index"].numel())
+        return original(self, group, batch, adv, returns, weights)
     monkeypatch.setattr(PPO, "_loss", spy)
     trainer.algorithm._update_policy(trainer.algorithm.groups[0], 1e-3)
     # 256 rows, 2 minibatches of 128, each in chunks of at most 50

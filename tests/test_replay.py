@@ -345,3 +345,27 @@ def test_two_gloo_ranks_sample_as_one_buffer_holding_their_union(tmp_path):
         assert chi_square_p(histogram, probabilities) > P_VALUE
         weights = torch.where(first["weights"].isnan(), second["weights"], first["weights"])
         assert torch.allclose(weights.double(), expected_weights, rtol=1e-6)
+
+
+# ---- rows out of play ----------------------------------------------------------------
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_rows_flagged_out_of_play_are_never_drawn_and_survive_a_checkpoint(prioritized):
+    replay = buffer(capacity=8, prioritized=prioritized)
+    valid = torch.tensor([True, False, True, False, True, True])
+    replay.add(*transitions(range(6)), valid=valid)
+    drawn = id_histogram(replay, 20, 100)
+    assert drawn[1] == drawn[3] == 0 and all(drawn[k] > 0 for k in (0, 2, 4, 5))
+    if not prioritized:  # uniform over the rows in play
+        assert chi_square_p(drawn[[0, 2, 4, 5]], torch.full((4,), 0.25)) > P_VALUE
+    replay.add(*transitions(range(6, 8)))  # later rows without a flag are in play
+    restored = buffer(capacity=8, prioritized=prioritized)
+    restored.load_state_dict(io_round_trip(replay.state_dict()))
+    assert torch.equal(restored.valid, replay.valid)
+    assert_rows_belong_together(restored.sample(64))
+
+
+def io_round_trip(state):
+    data = io.BytesIO()
+    torch.save(state, data)
+    data.seek(0)
+    return torch.load(data, weights_only=True)

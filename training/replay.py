@@ -35,8 +35,15 @@ another rank's `update_priorities` and the next `sample` may get a smaller initi
 priority than a single buffer would give it.
 
 `sample` is a collective: every rank calls it with the same arguments, in the same
-order. It synchronises with the host once, to read the masses (the counts fix the
-shapes of the batch). `add` and `update_priorities` are local and never synchronise.
+order. With several ranks it synchronises with the host once, to read the masses (the
+counts fix the shapes of the batch). A lone process never waits for the device: its
+shard is the union, its size is a host number, and a prioritized draw stays on the
+device. `add` and `update_priorities` are local and never synchronise.
+
+Rows out of play. A learner with per-agent done adds every agent's row with a `valid`
+flag (no data-dependent shapes, so no host sync per step); rows with valid False
+have zero mass and are never drawn (uniform sampling then draws in proportion to
+`valid`, on the device, as prioritized sampling does).
 """
 from __future__ import annotations
 
@@ -144,6 +151,7 @@ class ReplayBuffer:
         self.next_obs = torch.zeros(capacity, obs_dim, device=self.device)
         self.terminated = torch.zeros(capacity, dtype=torch.bool, device=self.device)
         self.priorities = (torch.zeros(capacity, device=self.device) if prioritized else None)
+        self.valid = None  # made by the first add with a `valid` flag (see the module doc)
         # A device tensor, so that neither `add` nor `update_priorities` waits for the device.
         self.max_priority = torch.ones((), device=self.device)
 
@@ -159,8 +167,9 @@ class ReplayBuffer:
         return self.size
 
     # ---- writing --------------------------------------------------------------------
-    def add(self, obs, actions, rewards, next_obs, terminated):
-        """Append n transitions (flat rows), overwriting the oldest when full."""
+    def add(self, obs, actions, rewards, next_obs, terminated, valid=None):
+        """Append n transitions (flat rows), overwriting the oldest when full; `valid` (n,)
+        bool marks the rows that may be drawn (default: all)."""
         n = obs.shape[0]
         expected = {"obs": (n, self.obs_dim), "actions": (n, *self.action_shape),
                     "rewards": (n,), "next_obs": (n, self.obs_dim), "terminated": (n,)}
@@ -179,6 +188,10 @@ class ReplayBuffer:
             store[positions] = given[name][n - kept:].to(self.device, store.dtype)
         if self.prioritized:
             self.priorities[positions] = self.max_priority
+        if valid is not None and self.valid is None:
+            self.valid = torch.ones(self.capacity, dtype=torch.bool, device=self.device)
+        if self.valid is not None:
+            self.valid[positions] = True if valid is None else valid[n - kept:]
         self.position = (self.position + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
 
@@ -206,8 +219,12 @@ class ReplayBuffer:
             raise ValueError(f"global_batch must be at least 1, got {global_batch}")
         world, rank = self.collectives.world_size, self.collectives.rank
         held = self.size
-        if self.prioritized:
-            powered = self.priorities[:held].double().pow(self.alpha)
+        if held == 0 and world == 1:
+            raise ValueError("sample: the replay buffer is empty on every rank")
+        if world == 1:
+            return self._sample_alone(global_batch, beta)
+        if self.prioritized or self.valid is not None:
+            powered = self._powered()
             cdf = torch.cumsum(powered, 0)
             stats = torch.zeros(2 * world, dtype=torch.float64, device=self.device)
             stats[rank] = held
@@ -226,6 +243,10 @@ class ReplayBuffer:
 
         counts = self._shard_counts(masses, global_batch)
         count = int(counts[rank])
+        if self.valid is not None and not self.prioritized:  # uniform over valid rows
+            if not count:
+                return self._batch(self._no_rows(), torch.ones(0, device=self.device))
+            return self._batch(self._draw(cdf, count), torch.ones(count, device=self.device))
         if not self.prioritized:
             index = torch.randint(held, (count,), generator=self.row_generator,
                                   device=self.device) if count else self._no_rows()
@@ -233,17 +254,47 @@ class ReplayBuffer:
 
         # The global minimum of p^alpha (for max_w) and the global largest priority (for
         # new rows) travel together; an empty shard offers +inf and nothing.
-        own_min = powered.min() if held else torch.tensor(torch.inf, dtype=torch.float64,
-                                                            device=self.device)
+        own_min = torch.where(powered > 0, powered, torch.inf).min() if held else \
+            torch.tensor(torch.inf, dtype=torch.float64, device=self.device)
         extremes = self.collectives.min(torch.stack([own_min, -self.max_priority.double()]))
         min_powered = extremes[0]
         self.max_priority = (-extremes[1]).to(self.max_priority.dtype)
         if not count:
             return self._batch(self._no_rows(), torch.ones(0, device=self.device))
+        index = self._draw(cdf, count)
+        weights = (powered[index] / min_powered).pow(-beta).float()
+        return self._batch(index, weights)
+
+    def _powered(self) -> torch.Tensor:
+        """Each held row's sampling mass: p^alpha (prioritized) or 1, and 0 out of play."""
+        held = self.size
+        powered = self.priorities[:held].double().pow(self.alpha) if self.prioritized \
+            else torch.ones(held, dtype=torch.float64, device=self.device)
+        return powered if self.valid is None else powered * self.valid[:held]
+
+    def _draw(self, cdf: torch.Tensor, count: int) -> torch.Tensor:
+        """`count` rows in proportion to their mass (inverse CDF, on the device)."""
         draws = torch.rand(count, dtype=torch.float64, generator=self.row_generator,
                            device=self.device) * cdf[-1]
         # The first row whose cumulative mass exceeds the draw; rows of zero mass never are.
-        index = torch.searchsorted(cdf, draws, right=True).clamp_(max=held - 1)
+        return torch.searchsorted(cdf, draws, right=True).clamp_(max=self.size - 1)
+
+    def _sample_alone(self, batch: int, beta: float) -> Batch:
+        """A lone process: its shard is the union; no host read of device values."""
+        self.last_counts = torch.tensor([batch])
+        self.last_shard_probs = torch.ones(1, dtype=torch.float64)
+        self.sample_calls += 1
+        if not self.prioritized and self.valid is None:
+            index = torch.randint(self.size, (batch,), generator=self.row_generator,
+                                  device=self.device)
+            return self._batch(index, torch.ones(batch, device=self.device))
+        powered = self._powered()
+        cdf = torch.cumsum(powered, 0)
+        index = self._draw(cdf, batch)
+        if not self.prioritized:
+            return self._batch(index, torch.ones(batch, device=self.device))
+        # the smallest mass of a row that can be drawn (rows out of play have none)
+        min_powered = torch.where(powered > 0, powered, torch.inf).min()
         weights = (powered[index] / min_powered).pow(-beta).float()
         return self._batch(index, weights)
 
@@ -284,6 +335,8 @@ class ReplayBuffer:
             state[name] = getattr(self, name)[:self.size].cpu()
         if self.prioritized:
             state["priorities"] = self.priorities[:self.size].cpu()
+        if self.valid is not None:
+            state["valid"] = self.valid[:self.size].cpu()
         return state
 
     def load_state_dict(self, state: dict):
@@ -329,3 +382,6 @@ class ReplayBuffer:
         self.size, self.position = int(size), int(position)
         self.sample_calls = int(state["sample_calls"])
         self.max_priority = torch.tensor(float(state["max_priority"]), device=self.device)
+        if isinstance(state.get("valid"), torch.Tensor) and state["valid"].shape == (size,):
+            self.valid = torch.ones(self.capacity, dtype=torch.bool, device=self.device)
+            self.valid[:size] = state["valid"].to(self.device, torch.bool)

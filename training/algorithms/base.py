@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from gpusim.errors import GpusimError
 from gpusim.spaces import agent_index
 
 from ..acceleration import compile_enabled, resolve_precision
@@ -63,6 +64,16 @@ class Algorithm:
 
     def load_state_dict(self, state: dict):
         raise NotImplementedError
+
+    def check_policies(self, state: dict, *parts: str):
+        """Refuse a checkpoint state whose `parts` (per-policy dicts) miss a policy."""
+        for part in parts:
+            held = state.get(part) if isinstance(state, dict) else None
+            held = held if isinstance(held, dict) else {}
+            absent = [name for name in self.env.policy_specs if name not in held]
+            if absent:
+                raise GpusimError(f"the checkpoint's {part} have no policy {absent[0]!r} "
+                                  f"(it holds {', '.join(map(repr, held)) or 'none'})")
 
     def rank_state_dict(self) -> dict:
         return {}

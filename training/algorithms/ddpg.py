@@ -37,6 +37,6 @@ class DDPG(OffPolicy):
         return action, None
 
     def actor_loss(self, g, obs, alpha):
-        action, _ = g.model.actor(obs)
-        q = g.model.q(g.model.critics, obs, action)[0]
+        action, _ = g.actor(obs)
+        q = g.q(g.model.critics, obs, action)[0]
         return -q.sum() / self.cfg.batch_size, None

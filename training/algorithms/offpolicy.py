@@ -37,6 +37,7 @@ from torch import nn
 from gpusim.config import require
 from gpusim.errors import GpusimError, describe
 
+from ..acceleration import MaybeCompiled
 from ..actors import Actors
 from ..models import LOG_STD_RANGE, mlp, tanh_gaussian_log_prob
 from ..replay import LOCAL, ReplayBuffer, TorchCollectives
@@ -170,6 +171,8 @@ class OffPolicyGroup:
     model: OffPolicyModel
     optimizer: Optimizers
     replay: ReplayBuffer
+    actor: MaybeCompiled = None  # the actor's forward and ...
+    q: MaybeCompiled = None      # ... the critics', through torch.compile where enabled
     updates: int = 0  # gradient steps taken (TD3 delays its actor by this count)
 
 
@@ -194,7 +197,8 @@ class OffPolicy(Algorithm):
         self.collectives = TorchCollectives() if self.distributed else LOCAL
         self.groups = [self._policy_group(name, spec)
                        for name, spec in env.policy_specs.items()]
-        self.actors = Actors(env, {g.name: g.model for g in self.groups})
+        self.actors = Actors(env, {g.name: g.model for g in self.groups},
+                             wrap=lambda fn, what: MaybeCompiled(fn, what, self.use_compile))
         self.explorers = Actors(env, {})  # uniformly random, before learning starts
         self.env_steps = 0
 
@@ -221,7 +225,10 @@ class OffPolicy(Algorithm):
                               alpha=cfg.priority_alpha, collectives=self.collectives,
                               seed=self.config.trainer.seed * 1000
                               + list(env.policy_specs).index(name))
-        return OffPolicyGroup(name, spec, self.agents[name], model, optimizers, replay)
+        compiled = self.use_compile
+        return OffPolicyGroup(name, spec, self.agents[name], model, optimizers, replay,
+                              MaybeCompiled(model.actor, f"policy {name!r} (actor)", compiled),
+                              MaybeCompiled(model.q, f"policy {name!r} (critics)", compiled))
 
     # ---- rollout -------------------------------------------------------------------
     @torch.no_grad()
@@ -233,7 +240,8 @@ class OffPolicy(Algorithm):
             explore = env_steps + t * env.num_envs * self.world_size < self.cfg.learning_starts
             with self.timer("forward"):
                 obs = {g.name: self.observe(g.name, self.next_obs).clone() for g in self.groups}
-                acted = (self.explorers if explore else self.actors).act(self.next_obs)
+                with self.precision.autocast():
+                    acted = (self.explorers if explore else self.actors).act(self.next_obs)
             with self.timer("env"):
                 next_obs, reward, terminated, truncated, info = env.step()
             with self.timer("forward"):
@@ -255,11 +263,10 @@ class OffPolicy(Algorithm):
 
     @staticmethod
     def _store(group, rows, obs, action, reward, next_obs, ended):
-        """Flatten (replica, agent) into rows; with per-agent done only agents in play."""
+        """Flatten (replica, agent) into rows; with per-agent done, rows of agents out of
+        play are kept but flagged, never drawn (no data-dependent shape: no host sync)."""
         flat = [x.reshape((-1,) + x.shape[2:]) for x in (obs, action, reward, next_obs, ended)]
-        if rows is not None:
-            flat = [x[rows] for x in flat]
-        group.replay.add(*flat)
+        group.replay.add(*flat, valid=rows)
 
     # ---- update --------------------------------------------------------------------
     def update(self, lr: float) -> dict:
@@ -284,13 +291,16 @@ class OffPolicy(Algorithm):
         cfg, model = self.cfg, g.model
         batch = g.replay.sample(cfg.batch_size, beta=cfg.priority_beta)
         alpha = model.alpha().detach()
-        with torch.no_grad():
+        autocast = self.precision.autocast  # forwards in bf16 where asked; losses in fp32
+        with torch.no_grad(), autocast():
             next_action, next_log_prob = self.next_action(g, batch.next_obs)
-            next_q = model.q(model.target_critics, batch.next_obs, next_action).min(0).values
+            next_q = g.q(model.target_critics, batch.next_obs, next_action).float().min(0).values
             if next_log_prob is not None:
-                next_q = next_q - alpha * next_log_prob
+                next_q = next_q - alpha * next_log_prob.float()
             target = batch.rewards + self.config.trainer.gamma * (~batch.terminated) * next_q
-        td = model.q(model.critics, batch.obs, batch.actions) - target
+        with autocast():
+            q = g.q(model.critics, batch.obs, batch.actions)
+        td = q.float() - target
         critic_loss = (batch.weights * td.pow(2).sum(0)).sum() / cfg.batch_size
         self._step(g, "critic", critic_loss, model.critics)
         if cfg.prioritized_replay:
@@ -301,7 +311,10 @@ class OffPolicy(Algorithm):
         if not self.actor_due(g):
             return stats
         model.critics.requires_grad_(False)  # the actor's loss needs no critic weight grads
-        actor_loss, log_prob = self.actor_loss(g, batch.obs, alpha)
+        with autocast():
+            actor_loss, log_prob = self.actor_loss(g, batch.obs, alpha)
+        actor_loss = actor_loss.float()
+        log_prob = None if log_prob is None else log_prob.float()
         model.critics.requires_grad_(True)
         self._step(g, "actor", actor_loss, model.actor)
         self.after_actor_step(g, log_prob)
@@ -361,6 +374,7 @@ class OffPolicy(Algorithm):
                 "updates": {g.name: g.updates for g in self.groups}}
 
     def load_state_dict(self, state: dict):
+        self.check_policies(state, "models", "optimizers", "updates")
         for g in self.groups:
             g.model.load_state_dict(state["models"][g.name])
             g.optimizer.load_state_dict(state["optimizers"][g.name])

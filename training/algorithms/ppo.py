@@ -32,7 +32,6 @@ import torch
 
 from gpusim.config import require
 from gpusim.errors import GpusimError, describe
-from gpusim.scale import distributed as dist
 
 from .. import losses
 from ..acceleration import MaybeCompiled
@@ -242,7 +241,7 @@ class PPO(Algorithm):
                              wrap=lambda fn, what: MaybeCompiled(fn, what, self.use_compile))
         self.bootstrap = TruncationBootstrap(env, t.rollout_len, t.gamma, self.central,
                                              self.actors.memory)
-        self.shuffle = torch.Generator().manual_seed(t.seed)
+        self.shuffle = torch.Generator(device=env.device).manual_seed(t.seed)  # on the device
 
     def _policy_group(self, name, spec) -> PolicyGroup:
         env, config = self.env, self.config
@@ -353,6 +352,9 @@ class PPO(Algorithm):
         return {g.name: self._update_policy(g, lr) for g in self.groups}
 
     def _update_policy(self, g: PolicyGroup, lr: float) -> dict:
+        """GAE, then `update_epochs` passes of shuffled minibatches: of rows, or of agent
+        sequences (`bptt_len` steps) for a recurrent policy. With per-agent done, rows out
+        of play weigh 0 (no data-dependent shapes: no host sync)."""
         cfg, buf = self.cfg, g.buffer
         self.set_lr(g.optimizer, lr)
         with torch.no_grad():
@@ -362,54 +364,66 @@ class PPO(Algorithm):
                                              next_value.float(), self.config.trainer.gamma,
                                              cfg.gae_lambda)
         advantages, returns = advantages.reshape(-1), returns.reshape(-1)
-        if self.bptt_len:
-            return self._update_sequences(g, advantages, returns)
-        # the rows it trains on: every row, or with per-agent done the agents still playing
-        played = None if self.env.agent_active_array is None \
-            else buf.active.reshape(-1).nonzero().squeeze(1)  # one host sync per update
-        batch = advantages.numel() if played is None else played.numel()
-        minibatch = batch // cfg.num_minibatches
-        if played is not None and self.distributed:  # ranks skip together, or none does
-            minibatch = minibatch if dist.min_across(minibatch) > 0 else 0
+        active = None if self.env.agent_active_array is None \
+            else buf.active.reshape(-1).float()
+        units = self._units(buf)  # (units, steps) row indices: one row, or one sequence
+        minibatch = units.shape[0] // cfg.num_minibatches
         stats = torch.zeros(len(self.stats), device=advantages.device)
-        if minibatch == 0:  # (nearly) nobody played: nothing to learn from
-            return dict(zip(self.stats, stats.tolist()))
+        if minibatch == 0:  # fewer sequences than minibatches: nothing to split
+            raise GpusimError(f"policy {g.name!r} has {units.shape[0]} sequences per rollout, "
+                              f"fewer than trainer.num_minibatches ({cfg.num_minibatches})")
         for _ in range(cfg.update_epochs):
-            order = torch.randperm(batch, generator=self.shuffle).to(advantages.device)
-            if played is not None:
-                order = played[order]
-            for start in range(0, minibatch * cfg.num_minibatches, minibatch):
-                stats += self._minibatch_step(g, order[start:start + minibatch],
-                                              advantages, returns)
+            order = torch.randperm(units.shape[0], generator=self.shuffle,
+                                   device=self.shuffle.device).to(advantages.device)
+            for first in range(0, minibatch * cfg.num_minibatches, minibatch):
+                rows = units[order[first:first + minibatch]]
+                stats += self._minibatch_step(g, rows if self.bptt_len else rows[:, 0],
+                                              advantages, returns, active)
         stats /= cfg.update_epochs * cfg.num_minibatches
-        return dict(zip(self.stats, stats.tolist()))
+        return dict(zip(self.stats, stats.tolist()))  # one host read per policy update
 
-    def _minibatch_step(self, g: PolicyGroup, index, advantages, returns):
-        """One gradient step on the rows `index`, in chunks of at most max_minibatch_rows.
+    def _units(self, buf: PolicyBuffer) -> torch.Tensor:
+        """What minibatches are made of, as (units, steps) flat row indices: every row
+        (steps 1), or every agent sequence of `bptt_len` steps."""
+        steps, envs, agents = buf.rewards.shape
+        device = buf.rewards.device
+        if not self.bptt_len:
+            return torch.arange(steps * envs * agents, device=device)[:, None]
+        per_step, length = envs * agents, self.bptt_len
+        seq = torch.arange((steps // length) * per_step, device=device)
+        starts = (seq // per_step) * length * per_step + seq % per_step
+        return starts[:, None] + torch.arange(length, device=device) * per_step
 
-        Each chunk's loss is weighted by its share of the minibatch, so the
-        accumulated gradient is that of the whole minibatch's mean loss.
-        Returns the minibatch's loss statistics (`stats` order).
+    def _minibatch_step(self, g: PolicyGroup, rows, advantages, returns, active=None):
+        """One gradient step on buffer rows `rows` (flat, or (sequences, steps)), in chunks
+        of at most max_minibatch_rows rows.
+
+        Each chunk's loss is weighted by its share of the minibatch's rows (those in play,
+        with per-agent done), so the accumulated gradient is that of the whole
+        minibatch's mean loss. Returns the minibatch's statistics (`stats` order).
         """
         cfg = self.cfg
-        adv = advantages[index]
+        adv = advantages[rows]
+        weights = None if active is None else active[rows]
+        total = rows.numel() if weights is None else weights.sum().clamp_min(1.0)
         if cfg.norm_adv and adv.numel() > 1:  # over the whole minibatch, as unchunked
-            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        size = index.numel()
-        chunk = min(size, cfg.max_minibatch_rows)
+            adv = normalized(adv, weights, total)
+        steps = rows.shape[1] if rows.dim() == 2 else 1
+        chunk = max(1, min(rows.shape[0], cfg.max_minibatch_rows // steps))
         stats = torch.zeros(len(self.stats), device=adv.device)
         g.optimizer.zero_grad(set_to_none=True)
-        for start in range(0, size, chunk):
-            rows = index[start:start + chunk]
-            last = start + chunk >= size
+        for start in range(0, rows.shape[0], chunk):
+            part = slice(start, start + chunk)
+            last = start + chunk >= rows.shape[0]
             sync = contextlib.nullcontext() if last or not self.distributed \
                 else g.train_model.no_sync()  # DDP all-reduces once, after the last chunk
+            part_weights = None if weights is None else weights[part]
             with sync:
-                chunk_stats, loss = self._loss(g, g.buffer.rows(rows), adv[start:start + chunk],
-                                               returns[rows])
-                weight = rows.numel() / size
-                (loss * weight).backward()
-            stats += chunk_stats * weight
+                chunk_stats, loss = self._loss(g, g.buffer.rows(rows[part]), adv[part],
+                                               returns[rows[part]], part_weights)
+                share = (rows[part].numel() if weights is None else part_weights.sum()) / total
+                (loss * share).backward()
+            stats += chunk_stats * share
         torch.nn.utils.clip_grad_norm_(g.model.parameters(), cfg.max_grad_norm)
         g.optimizer.step()
         return stats
@@ -452,60 +466,6 @@ class PPO(Algorithm):
                                  clip_fraction])
         return stats, loss
 
-    # ---- recurrent policies: minibatches of agent sequences ----------------------------
-    def _update_sequences(self, g: PolicyGroup, advantages, returns) -> dict:
-        """Epochs of shuffled minibatches of whole agent sequences (`bptt_len` steps from a
-        stored recurrent state), truncated backpropagation through time within each; rows
-        where an agent was out of play weigh 0."""
-        cfg, buf, length = self.cfg, g.buffer, self.bptt_len
-        steps, envs, agents = buf.rewards.shape
-        per_step = envs * agents
-        sequences = (steps // length) * per_step
-        device = advantages.device
-        seq = torch.arange(sequences, device=device)
-        starts = (seq // per_step) * length * per_step + seq % per_step
-        offsets = torch.arange(length, device=device) * per_step
-        minibatch = sequences // cfg.num_minibatches
-        stats = torch.zeros(len(self.stats), device=device)
-        if minibatch == 0:
-            return dict(zip(self.stats, stats.tolist()))
-        active = buf.active.reshape(-1).float()
-        for _ in range(cfg.update_epochs):
-            order = torch.randperm(sequences, generator=self.shuffle).to(device)
-            for first in range(0, minibatch * cfg.num_minibatches, minibatch):
-                rows = starts[order[first:first + minibatch]][:, None] + offsets
-                stats += self._sequence_step(g, rows, advantages, returns, active)
-        stats /= cfg.update_epochs * cfg.num_minibatches
-        return dict(zip(self.stats, stats.tolist()))
-
-    def _sequence_step(self, g: PolicyGroup, rows, advantages, returns, active):
-        """One gradient step on the sequences `rows` (sequences, steps), in chunks of at most
-        max_minibatch_rows rows; each chunk weighted by its share of the rows in play."""
-        cfg = self.cfg
-        weights, adv = active[rows], advantages[rows]
-        total = weights.sum().clamp_min(1.0)
-        if cfg.norm_adv:
-            mean = (adv * weights).sum() / total
-            std = (((adv - mean) ** 2 * weights).sum() / (total - 1).clamp_min(1.0)).sqrt()
-            adv = (adv - mean) / (std + 1e-8)
-        chunk = max(1, cfg.max_minibatch_rows // rows.shape[1])
-        stats = torch.zeros(len(self.stats), device=adv.device)
-        g.optimizer.zero_grad(set_to_none=True)
-        for start in range(0, rows.shape[0], chunk):
-            part = slice(start, start + chunk)
-            last = start + chunk >= rows.shape[0]
-            sync = contextlib.nullcontext() if last or not self.distributed \
-                else g.train_model.no_sync()
-            with sync:
-                chunk_stats, loss = self._loss(g, g.buffer.rows(rows[part]), adv[part],
-                                               returns[rows[part]], weights[part])
-                share = weights[part].sum() / total
-                (loss * share).backward()
-            stats += chunk_stats * share
-        torch.nn.utils.clip_grad_norm_(g.model.parameters(), cfg.max_grad_norm)
-        g.optimizer.step()
-        return stats
-
     # ---- checkpoints -----------------------------------------------------------------
     def models(self) -> dict:
         return {g.name: g.model for g in self.groups}
@@ -516,6 +476,7 @@ class PPO(Algorithm):
                 "shuffle_rng": self.shuffle.get_state()}
 
     def load_state_dict(self, state: dict):
+        self.check_policies(state, "models", "optimizers")
         for g in self.groups:
             g.model.load_state_dict(state["models"][g.name])
             g.optimizer.load_state_dict(state["optimizers"][g.name])
@@ -535,6 +496,15 @@ class PPO(Algorithm):
                     from None
             policies[name] = model.eval()
         return policies
+
+
+def normalized(adv, weights, total):
+    """Advantages less their mean, over their standard deviation (weighted: rows in play)."""
+    if weights is None:
+        return (adv - adv.mean()) / (adv.std() + 1e-8)
+    mean = (adv * weights).sum() / total
+    std = (((adv - mean) ** 2 * weights).sum() / (total - 1).clamp_min(1.0)).sqrt()
+    return (adv - mean) / (std + 1e-8)
 
 
 class A2C(PPO):

@@ -37,11 +37,11 @@ class SAC(OffPolicy):
                               alpha=alpha, tune_alpha=alpha is None)
 
     def next_action(self, g, next_obs):
-        return g.model.actor(next_obs)
+        return g.actor(next_obs)
 
     def actor_loss(self, g, obs, alpha):
-        action, log_prob = g.model.actor(obs)
-        q = g.model.q(g.model.critics, obs, action).min(0).values
+        action, log_prob = g.actor(obs)
+        q = g.q(g.model.critics, obs, action).min(0).values
         return (alpha * log_prob - q).sum() / self.cfg.batch_size, log_prob
 
     def after_actor_step(self, g, log_prob):

@@ -55,6 +55,7 @@ from gpusim.arrays import ArraySpec
 from gpusim.env import Env
 from gpusim.errors import ArrayError
 from gpusim.kernels import agent_phase, env_phase
+from gpusim.spaces import per_role_names
 
 from .config import TagGridworldConfig
 
@@ -174,6 +175,7 @@ class TagGridworld(Env):
         self.action_nvec = (NUM_ACTIONS,)
         self.policies = {"tagger": tuple(range(config.num_taggers)),
                          "runner": (config.runner_id,)}
+        self.agent_names = per_role_names(self.policies)  # tagger_0.., runner_0
 
     def array_specs(self):
         i32 = torch.int32

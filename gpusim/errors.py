@@ -1,6 +1,7 @@
 """Errors that users see: each carries a one-line message that says what to fix."""
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 
@@ -41,6 +42,47 @@ def describe(exc: BaseException) -> str:
         return "interrupted"
     lines = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {lines[0] if lines else ''}".strip()
+
+
+@contextlib.contextmanager
+def writing(path, cleanup=None):
+    """Turn a failed write inside the block (a full disk, a read-only directory) into one
+    line naming `path`; `cleanup()` first removes what the write left behind.
+
+    torch.save reports a failed write as a RuntimeError of its own, with the
+    OSError that caused it in its context: that OSError says why.
+    """
+    yield from _naming(path, "write", cleanup)
+
+
+@contextlib.contextmanager
+def reading(path):
+    """Turn a failed read inside the block into one line naming `path`."""
+    yield from _naming(path, "read", None)
+
+
+def _naming(path, verb: str, cleanup):
+    try:
+        yield
+    except Exception as exc:
+        cause = os_error(exc)
+        if cause is None:
+            raise
+        if cleanup is not None:
+            with contextlib.suppress(OSError):
+                cleanup()
+        raise GpusimError(f"cannot {verb} {path}: {cause.strerror or describe(cause)}") from None
+
+
+def os_error(exc: BaseException) -> OSError | None:
+    """`exc` if it is an OSError, else the first OSError among its causes and contexts."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, OSError):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 DEBUG_VAR = "GPUSIM_DEBUG"

@@ -27,6 +27,7 @@ the backend with no host round trip.
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from pathlib import Path
 
@@ -156,12 +157,19 @@ class Env:
     # ---- building it: a mistake in the env's own code is one line naming it ------------
     REQUIRED = ("num_agents", "obs_dim", "policies")  # what setup() must set
 
-    def _checked_config(self, config):
-        cls = self.config_class
-        if not (isinstance(cls, type) and callable(getattr(cls, "load", None))):
-            raise GpusimError(f"env {self.name}: config_class must be a config dataclass with "
+    @classmethod
+    def check_config_class(cls):
+        """Refuse, naming the env, a config_class that is not a config dataclass."""
+        config_class = cls.config_class
+        if not (dataclasses.is_dataclass(config_class) and isinstance(config_class, type)
+                and callable(getattr(config_class, "load", None))):
+            raise GpusimError(f"env {cls.name}: config_class must be a config dataclass with "
                               f"a load() classmethod (subclass gpusim.config.EnvConfig), "
-                              f"got {cls!r}")
+                              f"got {config_class!r}")
+
+    def _checked_config(self, config):
+        self.check_config_class()
+        cls = self.config_class
         if config is None:
             return cls.load()
         if not isinstance(config, cls):

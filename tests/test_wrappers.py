@@ -42,12 +42,11 @@ from gpusim.wrappers.gymnasium import action_space_of
 SMALL_TAG = dict(num_taggers=2, num_runners=3, num_other_agents_observed=2, episode_length=20)
 # a small arena and a wide tag radius: runners are tagged (and leave play) within a few steps
 TAGGY = dict(SMALL_TAG, episode_length=40, grid_length=2.0, tagging_distance=0.2)
+SMALL_CONFIGS = {"tag_continuous": TAGGY, "tag_gridworld": dict(episode_length=20)}
+# every registered env (small where it is large), and a few variants
 PETTINGZOO_ENVS = {
-    "tag_continuous": ("tag_continuous", TAGGY),
+    **{name: (name, SMALL_CONFIGS.get(name, {})) for name in gpusim.env_names()},
     "tag_continuous, Box actions": ("tag_continuous", dict(TAGGY, continuous_actions=True)),
-    "tag_gridworld": ("tag_gridworld", dict(episode_length=20)),
-    "cartpole": ("cartpole", {}),
-    "pendulum": ("pendulum", {}),
     "mixed_team": ("mixed_team_env:MixedTeam", {}),  # a Box and a discrete policy, per-agent done
 }
 

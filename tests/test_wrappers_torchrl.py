@@ -24,11 +24,15 @@ DOCS = Path(__file__).resolve().parents[1] / "docs" / "interop.md"
 TAG = dict(num_taggers=2, num_runners=3, num_other_agents_observed=2, episode_length=15)
 # a small arena and a wide tag radius: runners are tagged (and leave play) within a few steps
 TAGGY = dict(TAG, episode_length=40, grid_length=2.0, tagging_distance=0.2)
-ENVS = [("cartpole", {}), ("tag_continuous", TAG), ("tag_gridworld", {"episode_length": 15}),
-        ("pendulum", {}), ("tag_continuous", dict(TAGGY, continuous_actions=True)),
-        ("mixed_team_env:MixedTeam", {})]
-ENV_IDS = ["cartpole", "tag_continuous", "tag_gridworld", "pendulum", "tag_continuous-Box",
-           "mixed_team"]
+SHORT = {"max_episode_steps": 30}  # the classic-control envs' time limit
+SMALL_CONFIGS = {"tag_continuous": TAGGY, "tag_gridworld": {"episode_length": 15},
+                 "acrobot": SHORT, "mountain_car": SHORT, "mountain_car_continuous": SHORT,
+                 "pendulum": SHORT, "cartpole": SHORT}
+# every registered env (small where it is large), and a few variants
+ENVS = [(name, SMALL_CONFIGS.get(name, {})) for name in gpusim.env_names()] + [
+    ("tag_continuous", TAG), ("tag_continuous", dict(TAGGY, continuous_actions=True)),
+    ("mixed_team_env:MixedTeam", {})]
+ENV_IDS = list(gpusim.env_names()) + ["tag_continuous-K2", "tag_continuous-Box", "mixed_team"]
 
 # What docs/interop.md shows: a rollout, and PPO in two parts so a test can look between them.
 EXAMPLE_ROLLOUT = '''\

@@ -6,9 +6,10 @@ An environment subclasses `Env` and declares (see envs/tag_continuous/env.py):
   actions) or `action_box` (continuous ones, a `gpusim.spaces.Box`),
   `policies` (name -> agent ids), optionally `policy_obs_dim` and
   `policy_actions` for policies that observe or act differently (see
-  gpusim.spaces), and `time_limit` when episodes are truncated only on
+  gpusim.spaces), `time_limit` when episodes are truncated only on
   reaching that many steps (trainers then bootstrap truncations in batches
-  instead of every step);
+  instead of every step), and `agent_names` when its agents have names of
+  their own (one per agent in agent-id order; `spaces.per_role_names`);
 - `array_specs()`: its named arrays (state and scratch);
 - `params()`: its scalar parameters, as numpy scalars;
 - `initial_values()`: constant tables and other arrays to fill once;

@@ -99,7 +99,7 @@ class ActionSampler:
     """
 
     def __init__(self, env):
-        if not env.discrete_width:
+        if all(p.continuous for p in env.policy_specs.values()):
             raise GpusimError(f"ActionSampler draws discrete actions, and every policy of "
                               f"{env.name} acts continuously (a Box): draw those with torch, "
                               "within env.action_space's bounds")

@@ -50,6 +50,7 @@ def env_class(name: str):
         raise GpusimError(f"module '{module_name}' has no env class '{class_name}'")
     if not (isinstance(cls, type) and issubclass(cls, Env)):
         raise GpusimError(f"'{target}' is not an env class (a subclass of gpusim.Env)")
+    cls.check_config_class()
     return cls
 
 

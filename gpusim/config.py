@@ -7,6 +7,7 @@ A class may add a `check(self)` method for cross-field rules, raising
 """
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import inspect
 import math
@@ -20,18 +21,47 @@ import yaml
 
 from gpusim.errors import ConfigError
 
+# A string key that takes on/off: YAML reads `off` (and no, false) as False, so a boolean
+# given for a string key is the word its user wrote; the class's check() then validates it.
+ON_OFF = {True: "on", False: "off"}
+
+
+class DuplicateKey(yaml.YAMLError):
+    def __init__(self, key, mark):
+        super().__init__(f"duplicate key {key!r}")
+        self.key, self.problem_mark = key, mark
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """`yaml.SafeLoader` that refuses a key given twice in one mapping (the safe loader
+    keeps the last value, silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` may be overridden
+                continue
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, collections.abc.Hashable) and key in seen:
+                raise DuplicateKey(key, key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
 
 def load_yaml(path) -> dict:
-    """Read a YAML mapping with `yaml.safe_load`; errors name the file."""
+    """Read a YAML mapping (safe, no key given twice); errors name the file."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_StrictLoader)
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not a UTF-8 text file") from None
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    except DuplicateKey as exc:
+        raise ConfigError(f"{path}: key '{exc.key}' is given twice "
+                          f"(line {exc.problem_mark.line + 1}); keep one") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark else ""
@@ -138,6 +168,8 @@ def _coerce(key, hint, value):
             raise ConfigError(f"config key '{key}' must be a finite number, got {value!r}")
         return float(value)
     if hint is str:
+        if isinstance(value, bool):  # YAML 1.1 reads on/off/yes/no as booleans
+            return ON_OFF[value]
         if not isinstance(value, str):
             raise ConfigError(f"config key '{key}' must be a string, got {value!r}")
         return value

@@ -6,9 +6,10 @@ An environment subclasses `Env` and declares (see envs/tag_continuous/env.py):
   actions) or `action_box` (continuous ones, a `gpusim.spaces.Box`),
   `policies` (name -> agent ids), optionally `policy_obs_dim` and
   `policy_actions` for policies that observe or act differently (see
-  gpusim.spaces), and `time_limit` when episodes are truncated only on
+  gpusim.spaces), `time_limit` when episodes are truncated only on
   reaching that many steps (trainers then bootstrap truncations in batches
-  instead of every step);
+  instead of every step), and `agent_names` when its agents have names of
+  their own (one per agent in agent-id order; `spaces.per_role_names`);
 - `array_specs()`: its named arrays (state and scratch);
 - `params()`: its scalar parameters, as numpy scalars;
 - `initial_values()`: constant tables and other arrays to fill once;
@@ -27,6 +28,7 @@ the backend with no host round trip.
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from pathlib import Path
 
@@ -37,7 +39,8 @@ import torch
 from gpusim import rng, spaces
 from gpusim.arrays import ArraySpec, DeviceArrays, namedtuple_type
 from gpusim.backends import Backend, get_backend
-from gpusim.errors import ArrayError, ConfigError, GpusimError
+from gpusim.errors import (ArrayError, ConfigError, GpusimError, debug, env_code_failed,
+                           phase_failed)
 from gpusim.kernels import KernelSpec, Section, agent_phase, env_phase
 
 
@@ -121,6 +124,9 @@ class Env:
     # width that the env's phases write with the observation (and keeps `final_state` as
     # it keeps `final_obs`); without it, every agent's observation in agent order
     state_dim: int | None = None
+    # the agents' names, one per agent in agent-id order (gpusim.spaces.per_role_names makes
+    # "tagger_0", "runner_0", ...); None: f"{policy}_{agent_id}". Resolved in __init__.
+    agent_names: tuple | None = None
     # True: the step kernel leaves continuous actions as given and the env's phases clip
     # them (an env whose reward charges the raw action, as MountainCarContinuous does)
     raw_continuous_actions: bool = False
@@ -132,9 +138,10 @@ class Env:
                  config=None, check_actions: bool | None = None, env_offset: int = 0):
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
             raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
-        self.config = config if config is not None else self.config_class.load()
-        self.setup(self.config)
+        self.config = self._checked_config(config)
+        self._run_setup()
         self.policy_specs = spaces.resolve(self)
+        self.agent_names = spaces.agent_names(self)
         discrete = {p.actions for p in self.policy_specs.values() if not p.continuous}
         # the action set every discrete policy shares; () if none, or if they differ
         self.action_nvec = next(iter(discrete)) if len(discrete) == 1 else ()
@@ -169,6 +176,44 @@ class Env:
         views = self.arrays.views
         self._reset_kernel = self.backend.compile(self.reset_kernel_spec(), views, self._params)
         self._step_kernel = self.backend.compile(self.step_kernel_spec(), views, self._params)
+
+    # ---- building it: a mistake in the env's own code is one line naming it ------------
+    REQUIRED = ("num_agents", "obs_dim", "policies")  # what setup() must set
+
+    @classmethod
+    def check_config_class(cls):
+        """Refuse, naming the env, a config_class that is not a config dataclass."""
+        config_class = cls.config_class
+        if not (dataclasses.is_dataclass(config_class) and isinstance(config_class, type)
+                and callable(getattr(config_class, "load", None))):
+            raise GpusimError(f"env {cls.name}: config_class must be a config dataclass with "
+                              f"a load() classmethod (subclass gpusim.config.EnvConfig), "
+                              f"got {config_class!r}")
+
+    def _checked_config(self, config):
+        self.check_config_class()
+        cls = self.config_class
+        if config is None:
+            return cls.load()
+        if not isinstance(config, cls):
+            raise ConfigError(f"config= takes a {cls.__name__} (e.g. {cls.__name__}.load(...)), "
+                              f"got {type(config).__name__}; pass config keys as keywords "
+                              f"instead: gpusim.make(name, key=value)")
+        return config
+
+    def _run_setup(self):
+        try:
+            self.setup(self.config)
+        except GpusimError:
+            raise
+        except Exception as exc:
+            if debug():
+                raise
+            raise env_code_failed(self.name, "setup()", exc) from None
+        missing = [name for name in self.REQUIRED if not hasattr(self, name)]
+        if missing:
+            raise GpusimError(f"env {self.name}: setup() does not set {', '.join(missing)} "
+                              "(docs/custom_env.md lists what setup declares)")
 
     # ---- what a subclass provides --------------------------------------------
     def setup(self, config):
@@ -353,7 +398,7 @@ class Env:
                                                             self.seed, self.env_offset))
         for name in ("terminated", "truncated", "reset_mask"):
             self.arrays[name].zero_()
-        self._launch(self._reset_kernel)
+        self._launch(self._reset_kernel, self.reset_kernel_spec)
         return self.arrays["obs"]
 
     def step(self, actions=None):
@@ -374,7 +419,7 @@ class Env:
         """
         if actions is not None:
             self._write_actions(actions)
-        self._launch(self._step_kernel)
+        self._launch(self._step_kernel, self.step_kernel_spec)
         a = self.arrays
         torch.logical_or(a["terminated"], a["truncated"], out=a["reset_mask"])
         info = {"final_obs": a["final_obs"], "reset_mask": a["reset_mask"]}
@@ -387,12 +432,16 @@ class Env:
 
     def set_state(self, state: dict):
         """Inject state arrays (any subset of `get_state()`'s keys), checked by name."""
+        if not isinstance(state, dict):
+            raise ArrayError(f"set_state takes a dict of state arrays (as get_state() returns), "
+                             f"got {type(state).__name__}")
         allowed = set(self.arrays.state_names()) | {"rng_state"}
         for name in state:
             if name not in allowed:
                 raise ArrayError(f"'{name}' is not a state array of {self.name} "
                                  f"(state arrays: {', '.join(sorted(allowed))})")
-        values = {name: self.arrays.checked(name, value) for name, value in state.items()}
+        values = {name: self.arrays.checked(name, _with_data(value, f"state[{name!r}]"))
+                  for name, value in state.items()}
         for name, value in values.items():
             self._check_values(name, value)
         self.check_state(values)
@@ -413,8 +462,15 @@ class Env:
             raise ArrayError(f"set_state: {name}[{index}] {why}")
 
     # ---- internals -----------------------------------------------------------------
-    def _launch(self, kernel):
-        kernel(self.num_envs, self.num_agents, self.arrays.views, self._params)
+    def _launch(self, kernel, spec):
+        """Run `kernel`; an exception a phase raises (numba: a SystemError caused by it) is
+        one line naming the env and the phase. `spec` makes the KernelSpec, only then."""
+        try:
+            kernel(self.num_envs, self.num_agents, self.arrays.views, self._params)
+        except SystemError as exc:
+            if debug():
+                raise
+            raise phase_failed(self.name, spec(), exc) from None
 
     def _write_actions(self, actions):
         if isinstance(actions, dict):
@@ -502,4 +558,12 @@ def _as_tensor(actions, what: str) -> torch.Tensor:
         return torch.from_numpy(actions)
     if not isinstance(actions, torch.Tensor):
         raise ArrayError(f"{what} must be a torch tensor, got {type(actions).__name__}")
-    return actions
+    return _with_data(actions, what)
+
+
+def _with_data(value, what: str):
+    """`value`, unless it is a tensor without data (on the meta device)."""
+    if isinstance(value, torch.Tensor) and value.is_meta:
+        raise ArrayError(f"{what} is on the meta device, which holds no values: "
+                         "pass a tensor with data")
+    return value

@@ -17,7 +17,7 @@ import torch
 
 from gpusim import rng
 from gpusim.arrays import namedtuple_type
-from gpusim.errors import ArrayError
+from gpusim.errors import ArrayError, GpusimError
 from gpusim.kernels import KernelSpec, agent_phase
 
 
@@ -101,6 +101,10 @@ class ActionSampler:
     def __init__(self, env, into_env: bool = False):
         """`into_env`: draw straight into the env's own `actions` array (then step with
         `env.step()`), instead of a buffer of the sampler's own."""
+        if all(p.continuous for p in env.policy_specs.values()):
+            raise GpusimError(f"ActionSampler draws discrete actions, and every policy of "
+                              f"{env.name} acts continuously (a Box): draw those with torch, "
+                              "within env.action_space's bounds")
         self.env = env
         self.backend = env.backend
         nvec, offsets = agent_tables(env)

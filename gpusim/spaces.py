@@ -100,6 +100,7 @@ def resolve(env) -> dict:
         if unknown:
             raise GpusimError(f"env {env.name}: {what} names {sorted(unknown)}, which are not "
                               f"policies ({', '.join(env.policies)})")
+    _check_owners(env)
     specs = {}
     for name, ids in env.policies.items():
         space = actions.get(name, box if box is not None else nvec)
@@ -114,3 +115,78 @@ def resolve(env) -> dict:
                               f"it must be 1..obs_dim ({env.obs_dim})")
         specs[name] = PolicySpec(tuple(sorted(int(i) for i in ids)), obs_dim, space)
     return specs
+
+
+def _check_owners(env):
+    """Every agent in exactly one policy: a trainer would otherwise never act for it, or
+    act for it twice."""
+    if not isinstance(env.policies, dict) or not env.policies:
+        raise GpusimError(f"env {env.name}: policies must be a non-empty dict of policy name "
+                          f"-> agent ids, got {env.policies!r}")
+    owner = {}
+    for name, ids in env.policies.items():
+        if not len(ids):
+            raise GpusimError(f"env {env.name}: policy {name!r} has no agents")
+        for i in ids:
+            if not isinstance(i, numbers.Integral) or not 0 <= i < env.num_agents:
+                raise GpusimError(f"env {env.name}: policy {name!r} holds {i!r}, which is not "
+                                  f"an agent id 0..{env.num_agents - 1}")
+            if int(i) in owner:
+                raise GpusimError(f"env {env.name}: agent {i} is in policies "
+                                  f"{owner[int(i)]!r} and {name!r}; each agent needs one policy")
+            owner[int(i)] = name
+    missing = [i for i in range(env.num_agents) if i not in owner]
+    if missing:
+        more = ", ..." if len(missing) > 5 else ""
+        raise GpusimError(f"env {env.name}: agents {', '.join(map(str, missing[:5]))}{more} "
+                          "are in no policy; each agent needs one")
+
+
+# ---- agent names ---------------------------------------------------------------------
+def per_role_names(policies: dict) -> tuple:
+    """Agent names numbered from 0 within each policy, in agent-id order: an env whose
+    users expect names like "tagger_0", "runner_0" sets `self.agent_names =
+    per_role_names(self.policies)` in `setup`.
+
+    {"tagger": (0, 2), "runner": (1, 3)} -> ("tagger_0", "runner_0", "tagger_1", "runner_1")
+    """
+    named = {i: f"{policy}_{k}" for policy, ids in policies.items()
+             for k, i in enumerate(sorted(ids))}
+    return tuple(named[i] for i in sorted(named))
+
+
+def default_names(policies: dict) -> tuple:
+    """The names of an env that declares none: policy and global agent id ("runner_3")."""
+    named = {i: f"{policy}_{i}" for policy, ids in policies.items() for i in ids}
+    return tuple(named[i] for i in sorted(named))
+
+
+def agent_names(env) -> tuple:
+    """The env's agent names, one per agent in agent-id order: what its `setup` declared in
+    `agent_names`, else `default_names`. A GpusimError says what is wrong with them."""
+    declared = getattr(env, "agent_names", None)
+    if declared is None:
+        return default_names(env.policies)
+    problem = name_problem(declared, env.num_agents)
+    if problem:
+        raise GpusimError(f"env {env.name}: agent_names {problem}")
+    return tuple(declared)
+
+
+def name_problem(names, num_agents: int) -> str | None:
+    """What is wrong with `names` as the names of `num_agents` agents, or None."""
+    if not isinstance(names, (tuple, list)):
+        return f"must be a tuple of strings, one per agent, got {type(names).__name__}"
+    bad = [n for n in names if not isinstance(n, str) or not n]
+    if bad:
+        return f"must be non-empty strings, got {bad[0]!r}"
+    if len(names) != num_agents:
+        return f"names {len(names)} agents; the env has {num_agents}"
+    seen, repeated = set(), []
+    for n in names:
+        if n in seen:
+            repeated.append(n)
+        seen.add(n)
+    if repeated:
+        return f"repeats {repeated[0]!r}; each agent needs its own name"
+    return None

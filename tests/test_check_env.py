@@ -12,6 +12,7 @@ import torch
 
 import gpusim
 from gpusim.check import CHECKS, check_env
+from gpusim.errors import GpusimError
 from gpusim.envs.cartpole.config import CartPoleConfig
 from gpusim.envs.cartpole.env import CartPole, physics, spawn
 from gpusim.envs.cartpole import reference as cartpole_ref
@@ -152,10 +153,26 @@ def test_the_env_is_left_as_it_was(cartpole):
 
 
 # ---- each check fails on its bug -------------------------------------------------------
-def test_attributes_fail_on_an_agent_in_two_policies():
-    result = check_env(broken(SHARED_AGENT), steps=60, verbose=False)
-    assert failing(result) == ["attributes"]
-    assert "agent 0 is in policies 'left' and 'right'" in result["attributes"].message
+def test_an_agent_in_two_policies_is_refused_when_the_env_is_built():
+    with pytest.raises(GpusimError, match="agent 0 is in policies 'left' and 'right'"):
+        broken(SHARED_AGENT)
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(policies={"tagger": (0, 1), "runner": (1, 2, 3, 4, 5, 6, 7)}),
+     "agent 1 is in policies 'tagger' and 'runner'"),
+    (dict(policies={"tagger": (0, 1), "runner": (3, 4, 5, 6, 7)}),
+     "agents [2] belong to no policy"),
+    (dict(agent_names=("tagger_0",) * 8), "agent_names repeats 'tagger_0'"),
+    (dict(agent_names=("a", "b")), "agent_names names 2 agents; the env has 8"),
+    (dict(agent_names=("a",) * 7 + ("",)), "agent_names must be non-empty strings"),
+])
+def test_attributes_fail_on_policies_or_names_that_do_not_cover_each_agent_once(
+        tag, monkeypatch, change, message):
+    for key, value in change.items():  # as an env that changes them after it was built
+        monkeypatch.setattr(tag, key, value)
+    result = check_env(tag, skip=CHECKS[1:], verbose=False)
+    assert failing(result) == ["attributes"] and message in result["attributes"].message
 
 
 def test_reset_and_step_fail_on_a_wrong_obs_dim():

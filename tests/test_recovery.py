@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from gpusim import train
+from gpusim.errors import GpusimError
 from gpusim.envs import env_class
 from gpusim.training import checkpoint
 from gpusim.training.config import load_run_config
@@ -159,3 +160,28 @@ def test_extending_an_annealed_run_never_raises_the_learning_rate(tmp_path):
     again = trainer(20)
     again.load_state_dict(longer.state_dict())
     assert again.learning_rate() == pytest.approx(longer.learning_rate())
+
+
+def test_a_checkpoint_write_that_fails_keeps_the_previous_one(tmp_path, monkeypatch):
+    """A full disk, as a patched writer: torch.save writes half, then the disk is full."""
+    import errno
+
+    directory = tmp_path / "checkpoints"
+    checkpoint.save(directory, 1, {"iteration": 1})
+    real_save = torch.save
+
+    def full_disk(payload, f):
+        real_save(payload, f)  # what torch.save reports when its writes fail: a RuntimeError
+        f.truncate(f.tell() // 2)  # with the OSError that caused it as its context
+        try:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        except OSError:
+            raise RuntimeError("[enforce fail at inline_container.cc] unexpected pos")
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    with pytest.raises(GpusimError) as err:
+        checkpoint.save(directory, 2, {"iteration": 2})
+    assert str(err.value) == (f"cannot write {directory / 'checkpoint_000002.pt'}: "
+                              "No space left on device")
+    assert sorted(p.name for p in directory.iterdir()) == ["checkpoint_000001.pt"]  # no .tmp
+    assert checkpoint.load_latest(directory)["iteration"] == 1

@@ -78,19 +78,27 @@ def test_confidence_interval_and_pairings():
 @pytest.mark.parametrize("argv, message", [
     (["nope_env", "--out", "x.gif"], "unknown env 'nope_env'"),
     (["cartpole", "--out", "x.avi"], "must end in .gif or .mp4"),
-    (["cartpole", "--every", "0"], "--every must be at least 1"),
+    (["cartpole", "--every", "0"], "argument --every: must be at least 1"),
     (["cartpole", "--replica", "3", "--out", "x.gif"], None),
 ])
 def test_render_bad_input(tmp_path, capsys, argv, message):
     argv = [a if a != "x.gif" else str(tmp_path / "x.gif") for a in argv]
-    code = render.main(argv)
+    code = exit_code(render.main, argv)
     if message is None:  # a replica past the first is built and recorded
         assert code == 0
         return
     assert code == 2 and message in capsys.readouterr().err
 
 
+def exit_code(main, argv) -> int:
+    """What a tool's main returns, or the code it exits with (argument errors)."""
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return exc.code
+
+
 def test_evaluate_bad_input(tmp_path, capsys):
     assert evaluation.main([str(tmp_path)]) == 2
     assert "not a run directory" in capsys.readouterr().err
-    assert evaluation.main([str(tmp_path), "--episodes", "1"]) == 2
+    assert exit_code(evaluation.main, [str(tmp_path), "--episodes", "1"]) == 2

@@ -35,12 +35,20 @@ from gymnasium.wrappers.vector import RecordEpisodeStatistics
 
 import gpusim
 from gpusim.errors import ArrayError, ConfigError, GpusimError
+from mixed_team_env import MixedTeam
 from gpusim.wrappers import to_gymnasium, to_pettingzoo, to_sb3, to_torchrl
 from gpusim.wrappers.gymnasium import action_space_of
 
 SMALL_TAG = dict(num_taggers=2, num_runners=3, num_other_agents_observed=2, episode_length=20)
-PETTINGZOO_ENVS = {"tag_continuous": SMALL_TAG, "tag_gridworld": dict(episode_length=20),
-                   "cartpole": {}}
+# a small arena and a wide tag radius: runners are tagged (and leave play) within a few steps
+TAGGY = dict(SMALL_TAG, episode_length=40, grid_length=2.0, tagging_distance=0.2)
+SMALL_CONFIGS = {"tag_continuous": TAGGY, "tag_gridworld": dict(episode_length=20)}
+# every registered env (small where it is large), and a few variants
+PETTINGZOO_ENVS = {
+    **{name: (name, SMALL_CONFIGS.get(name, {})) for name in gpusim.env_names()},
+    "tag_continuous, Box actions": ("tag_continuous", dict(TAGGY, continuous_actions=True)),
+    "mixed_team": ("mixed_team_env:MixedTeam", {}),  # a Box and a discrete policy, per-agent done
+}
 
 
 def cartpole(num_envs=4, seed=0, **config):
@@ -94,6 +102,13 @@ def test_gymnasium_refuses_a_multi_agent_env():
         to_gymnasium(env)
 
 
+def test_gymnasium_refuses_an_agent_that_can_leave_before_its_replica(monkeypatch):
+    env = cartpole(num_envs=2)
+    monkeypatch.setattr(env, "agent_active_array", "in_play")  # as an env with per-agent done
+    with pytest.raises(GpusimError, match="agent can leave play earlier .* use to_pettingzoo"):
+        to_gymnasium(env)
+
+
 # ---- gymnasium -------------------------------------------------------------------------
 def test_gymnasium_spaces():
     venv = to_gymnasium(cartpole(num_envs=4))
@@ -131,7 +146,8 @@ def test_gymnasium_step_returns_and_final_obs():
     venv = to_gymnasium(cartpole(num_envs=6))
     venv.action_space.seed(0)
     obs, infos = venv.reset(seed=5)
-    assert obs.dtype == np.float32 and obs in venv.observation_space and infos == {}
+    assert obs.dtype == np.float32 and obs in venv.observation_space
+    assert list(infos["agent_name"]) == ["agent_0"] * 6 and infos["_agent_name"].all()
     ended = 0
     for _ in range(60):
         obs, rewards, terminations, truncations, infos = venv.step(venv.action_space.sample())
@@ -308,41 +324,114 @@ def test_sb3_ppo_solves_cartpole():
 
 
 # ---- PettingZoo ---------------------------------------------------------------------------
-@pytest.mark.parametrize("name", list(PETTINGZOO_ENVS))
-def test_pettingzoo_api_tests(name):
+@pytest.mark.parametrize("case", list(PETTINGZOO_ENVS))
+def test_pettingzoo_api_tests(case):
     from pettingzoo.test import api_test, parallel_api_test, parallel_seed_test
     from pettingzoo.utils.conversions import parallel_to_aec
 
+    name, config = PETTINGZOO_ENVS[case]
+
     def make():
-        return to_pettingzoo(gpusim.make(name, num_envs=1, backend="cpu",
-                                         **PETTINGZOO_ENVS[name]))
+        return to_pettingzoo(gpusim.make(name, num_envs=1, backend="cpu", **config))
 
     strict(parallel_api_test, make(), num_cycles=60)  # long enough to end an episode
     strict(parallel_seed_test, make, num_cycles=60)
     with warnings.catch_warnings():
-        # Advice, not API errors: gpusim's Box is unbounded, and tag_continuous's
-        # action is two components (a MultiDiscrete, not "probably" a Discrete or Box).
+        # Advice, not API errors: gpusim's observation Box is unbounded, tag_continuous's
+        # action is two components (a MultiDiscrete, not "probably" a Discrete or Box), and
+        # mixed_team's policies observe differently by design (and zeros once out of play).
         warnings.simplefilter("error")
         warnings.filterwarnings("ignore", "Agent's (minimum|maximum) observation space value")
         warnings.filterwarnings("ignore", "Action space for each agent probably should be")
+        warnings.filterwarnings("ignore", "Agents have different observation space sizes")
+        warnings.filterwarnings("ignore", "Observations are different shapes")
+        warnings.filterwarnings("ignore", "Observation numpy array is all zeros")
         api_test(parallel_to_aec(make()), num_cycles=60)
 
 
 def test_pettingzoo_agents_and_spaces():
     par_env = to_pettingzoo(gpusim.make("tag_continuous", num_envs=1, backend="cpu",
                                         **SMALL_TAG))
-    assert par_env.possible_agents == ["tagger_0", "tagger_1", "runner_2", "runner_3",
-                                       "runner_4"]
+    assert par_env.possible_agents == ["tagger_0", "tagger_1", "runner_0", "runner_1",
+                                       "runner_2"]
     assert par_env.agents == []
     obs, infos = par_env.reset(seed=0)
     assert par_env.agents == par_env.possible_agents and set(obs) == set(infos)
-    assert par_env.action_space("runner_2") == spaces.MultiDiscrete([21, 21])
-    assert par_env.action_space("runner_2") is not par_env.action_space("runner_3")
-    assert obs["runner_2"] in par_env.observation_space("runner_2")
+    assert par_env.action_space("runner_0") == spaces.MultiDiscrete([21, 21])
+    assert par_env.action_space("runner_0") is not par_env.action_space("runner_1")
+    assert obs["runner_0"] in par_env.observation_space("runner_0")
     gridworld = to_pettingzoo(gpusim.make("tag_gridworld", num_envs=1, backend="cpu"))
-    assert gridworld.possible_agents[-1] == "runner_3"
+    assert gridworld.possible_agents == ["tagger_0", "tagger_1", "tagger_2", "runner_0"]
     assert gridworld.action_space("tagger_0") == spaces.Discrete(5)
     assert gridworld.render() is None
+
+
+def test_pettingzoo_box_actions_and_policies_that_differ():
+    pendulum = to_pettingzoo(gpusim.make("pendulum", num_envs=1, backend="cpu"))
+    assert pendulum.possible_agents == ["agent_0"]
+    assert pendulum.action_space("agent_0") == spaces.Box(-2.0, 2.0, (1,), np.float32)
+    pendulum.reset(seed=0)
+    pendulum.step({"agent_0": np.array([9.0], dtype=np.float32)})  # clipped to 2 by the env
+    np.testing.assert_array_equal(pendulum.env.arrays["continuous_actions"][0, 0], [2.0])
+    mixed = to_pettingzoo(MixedTeam(num_envs=1, backend="cpu"))
+    assert mixed.possible_agents == ["glider_0", "glider_1", "stepper_2"]  # declares no names
+    assert mixed.observation_space("glider_0").shape == (2,)
+    assert mixed.observation_space("stepper_2").shape == (3,)
+    assert mixed.action_space("stepper_2") == spaces.Discrete(3)
+    obs, _ = mixed.reset(seed=1)
+    assert obs["glider_1"].shape == (2,) and obs["stepper_2"].shape == (3,)
+    with pytest.raises(ArrayError, match="action of glider_0 must be 1 number"):
+        mixed.step({"glider_0": [0.1, 0.2], "glider_1": 0.0, "stepper_2": 1})
+
+
+def play_alongside(par_env, twin, steps):
+    """Step the adapter (its replica 1) and a twin env with the same actions; yield, per step,
+    what the adapter returned, the twin's agent_active() before and after, and its step."""
+    ids = {agent: i for i, agent in enumerate(twin.agent_names)}
+    par_env.reset(seed=5)
+    twin.reset(seed=5)
+    for _ in range(steps):
+        if not par_env.agents:
+            par_env.reset()
+            twin.reset()
+        actions = {a: par_env.action_space(a).sample() for a in par_env.agents}
+        full = torch.zeros((2, twin.num_agents, 2), dtype=torch.int64)
+        for agent, action in actions.items():
+            full[1, ids[agent]] = torch.as_tensor(action)
+        before = twin.agent_active().clone()
+        live = list(par_env.agents)
+        result = par_env.step(actions)
+        yield live, result, before[1], twin.step(full), twin.agent_active()[1]
+
+
+def test_pettingzoo_agents_leave_when_their_own_episode_ends():
+    """Against env.agent_active() of a twin env: a tagged runner is terminated once, on the
+    step it leaves play, then is gone from agents and from every dict."""
+    par_env = to_pettingzoo(gpusim.make("tag_continuous", num_envs=2, backend="cpu", **TAGGY),
+                            replica=1)
+    twin = gpusim.make("tag_continuous", num_envs=2, backend="cpu", **TAGGY)
+    for space in par_env.action_spaces.values():
+        space.seed(0)
+    names = twin.agent_names
+    left = ends = 0
+    for live, (obs, rewards, terms, truncs, infos), before, twin_step, after in play_alongside(
+            par_env, twin, 200):
+        _, reward, terminated, truncated, info = twin_step
+        assert live == [a for a, playing in zip(names, before.tolist()) if playing]
+        for values in (obs, rewards, terms, truncs, infos):
+            assert list(values) == live
+        assert rewards == {a: float(reward[1, names.index(a)]) for a in live}
+        if bool(info["reset_mask"][1]):  # the replica's end: every agent still in play
+            ends += 1
+            assert terms == dict.fromkeys(live, bool(terminated[1]))
+            assert truncs == dict.fromkeys(live, bool(truncated[1]))
+            assert par_env.agents == []
+            continue
+        leaving = [a for a in live if not after[names.index(a)]]
+        left += len(leaving)
+        assert terms == {a: a in leaving for a in live} and not any(truncs.values())
+        assert par_env.agents == [a for a in live if a not in leaving]
+    assert left >= 10 and ends >= 5, (left, ends)
 
 
 def test_pettingzoo_episode_end_returns_the_final_observation():
@@ -362,7 +451,7 @@ def test_pettingzoo_episode_end_returns_the_final_observation():
             {agent: int(actions[1, i, 0]) for i, agent in enumerate(par_env.possible_agents)})
         e_obs, e_reward, e_term, e_trunc, e_info = env.step(actions)
         np.testing.assert_array_equal(list(rewards.values()), e_reward[1].numpy())
-    assert set(truncations.values()) == {bool(e_trunc[1])}
+    assert set(truncations.values()) == {bool(e_trunc[1])}  # no per-agent done here
     assert set(terminations.values()) == {bool(e_term[1])}
     assert bool(e_info["reset_mask"][1]) and par_env.agents == []
     final = np.stack(list(obs.values()))
@@ -382,10 +471,12 @@ def test_pettingzoo_refusals():
     par_env = to_pettingzoo(env)
     par_env.reset(seed=0)
     actions = dict.fromkeys(par_env.agents, 0)
-    with pytest.raises(ArrayError, match=r"missing \['runner_3'\]"):
+    with pytest.raises(ArrayError, match=r"missing \['runner_0'\]"):
         par_env.step({a: 0 for a in par_env.agents[:-1]})
-    with pytest.raises(ArrayError, match=r"unknown \['runner_9'\]"):
+    with pytest.raises(ArrayError, match=r"unknown or out of play \['runner_9'\]"):
         par_env.step({**actions, "runner_9": 0})
+    with pytest.raises(ArrayError, match="must be a dict agent name -> action"):
+        par_env.step([0, 0, 0, 0])
     with pytest.raises(ArrayError, match="action of tagger_0 must be 1 integer"):
         par_env.step({**actions, "tagger_0": 0.5})
     with pytest.raises(ArrayError, match="out of range"):

@@ -22,7 +22,17 @@ from gpusim.wrappers.torchrl import TorchRLEnv, to_torchrl  # noqa: E402
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "interop.md"
 TAG = dict(num_taggers=2, num_runners=3, num_other_agents_observed=2, episode_length=15)
-ENVS = [("cartpole", {}), ("tag_continuous", TAG), ("tag_gridworld", {"episode_length": 15})]
+# a small arena and a wide tag radius: runners are tagged (and leave play) within a few steps
+TAGGY = dict(TAG, episode_length=40, grid_length=2.0, tagging_distance=0.2)
+SHORT = {"max_episode_steps": 30}  # the classic-control envs' time limit
+SMALL_CONFIGS = {"tag_continuous": TAGGY, "tag_gridworld": {"episode_length": 15},
+                 "acrobot": SHORT, "mountain_car": SHORT, "mountain_car_continuous": SHORT,
+                 "pendulum": SHORT, "cartpole": SHORT}
+# every registered env (small where it is large), and a few variants
+ENVS = [(name, SMALL_CONFIGS.get(name, {})) for name in gpusim.env_names()] + [
+    ("tag_continuous", TAG), ("tag_continuous", dict(TAGGY, continuous_actions=True)),
+    ("mixed_team_env:MixedTeam", {})]
+ENV_IDS = list(gpusim.env_names()) + ["tag_continuous-K2", "tag_continuous-Box", "mixed_team"]
 
 # What docs/interop.md shows: a rollout, and PPO in two parts so a test can look between them.
 EXAMPLE_ROLLOUT = '''\
@@ -137,7 +147,7 @@ class StepSpy:
 
 
 # ---- specs and layout ------------------------------------------------------------------
-@pytest.mark.parametrize("name, config", ENVS, ids=[name for name, _ in ENVS])
+@pytest.mark.parametrize("name, config", ENVS, ids=ENV_IDS)
 def test_check_env_specs(name, config):
     tenv = to_torchrl(make(name, **config))
     check_env_specs(tenv, break_when_any_done="both")
@@ -155,10 +165,15 @@ def test_batch_size_device_and_multi_agent_layout():
         assert td[group, "observation"].shape == (5, n, genv.obs_dim)
         assert td[group, "action"].shape == (5, n, 2)  # MultiCategorical over action_nvec
         assert td["next", group, "reward"].shape == (5, n, 1)
-        assert ("next", group, "done") not in td.keys(True)  # per replica, at the root only
-    for key in ("done", "terminated", "truncated"):
+        for key in ("done", "terminated", "truncated"):  # each agent's own
+            assert td["next", group, key].shape == (5, n, 1)
+            assert td["next", group, key].dtype == torch.bool
+        assert td["next", group, "mask"].shape == (5, n)  # per-agent done: who is in play
+    for key in ("done", "terminated", "truncated"):  # the replica's
         assert td["next", key].shape == (5, 1) and td["next", key].dtype == torch.bool
     assert list(tenv.action_spec["tagger", "action"].nvec[0, 0]) == [21, 21]
+    assert tenv.group_map == {"tagger": ["tagger_0", "tagger_1"],
+                              "runner": ["runner_0", "runner_1", "runner_2"]}
 
 
 def test_single_agent_is_flat_unless_asked():
@@ -166,6 +181,7 @@ def test_single_agent_is_flat_unless_asked():
     td = flat.step(flat.rand_action(flat.reset()))
     assert td["observation"].shape == (4, 4) and td["action"].shape == (4,)
     assert td["next", "reward"].shape == (4, 1)
+    assert set(td["next"].keys()) == {"observation", "reward", "done", "terminated", "truncated"}
     assert isinstance(flat.action_spec, torchrl.data.Categorical) and flat.action_spec.space.n == 2
 
     grouped = to_torchrl(make("cartpole"), flatten_single_agent=False)
@@ -176,31 +192,72 @@ def test_single_agent_is_flat_unless_asked():
 
 
 def test_groups_of_scattered_agents_map_to_their_ids(monkeypatch):
-    genv = make("tag_continuous", **TAG, tagger_ids=(1, 3))
+    genv = make("tag_continuous", **TAG, tagger_ids=(3, 1))
     tenv = to_torchrl(genv)
+    assert tenv.group_map == {"tagger": ["tagger_0", "tagger_1"],  # in agent-id order
+                              "runner": ["runner_0", "runner_1", "runner_2"]}
+    assert genv.agent_names == ("runner_0", "tagger_0", "runner_1", "tagger_1", "runner_2")
     spy = StepSpy(genv, monkeypatch)
     td = tenv.reset()
     assert torch.equal(td["tagger", "observation"], genv.arrays["obs"][:, [1, 3]])
     assert torch.equal(td["runner", "observation"], genv.arrays["obs"][:, [0, 2, 4]])
     td = tenv.step(tenv.rand_action(td))
-    actions = spy.actions[-1]
-    assert torch.equal(actions[:, [1, 3]], td["tagger", "action"])
-    assert torch.equal(actions[:, [0, 2, 4]], td["runner", "action"])
+    actions = spy.actions[-1]  # one tensor per policy, its agents in agent-id order
+    assert torch.equal(actions["tagger"], td["tagger", "action"])
+    assert torch.equal(actions["runner"], td["runner", "action"])
     reward = spy.infos[-1][1]
     assert torch.equal(td["next", "tagger", "reward"][..., 0], reward[:, [1, 3]])
     check_env_specs(tenv)
 
 
-def test_one_group_in_another_order_than_gpusim_is_gathered(monkeypatch):
-    genv = make("tag_gridworld")
-    monkeypatch.setattr(genv, "policies", {"all": (3, 0, 1, 2)})
+def test_box_actions_reach_gpusim_as_given():
+    genv = make("pendulum")
     tenv = to_torchrl(genv)
-    spy = StepSpy(genv, monkeypatch)
+    assert isinstance(tenv.action_spec, torchrl.data.Bounded)
+    assert tenv.action_spec.space.high.flatten().tolist() == [2.0] * 4
+    td = tenv.reset()
+    td["action"] = torch.tensor([[-9.0], [-1.0], [0.5], [9.0]])
+    tenv.step(td)
+    assert genv.arrays["continuous_actions"][:, 0, 0].tolist() == [-2.0, -1.0, 0.5, 2.0]
+
+
+def test_policies_that_observe_and_act_differently_are_groups_of_their_own():
+    tenv = to_torchrl(make("mixed_team_env:MixedTeam"))
     td = tenv.step(tenv.rand_action(tenv.reset()))
-    assert torch.equal(spy.actions[-1][:, [3, 0, 1, 2], 0], td["all", "action"])
-    obs, _, _, _, info = spy.infos[-1]
-    next_obs = torch.where(info["reset_mask"][:, None, None], info["final_obs"], obs)
-    assert torch.equal(td["next", "all", "observation"], next_obs[:, [3, 0, 1, 2]])
+    assert td["glider", "observation"].shape == (4, 2, 2)  # policy_obs_dim 2
+    assert td["stepper", "observation"].shape == (4, 1, 3)
+    assert td["glider", "action"].dtype == torch.float32 and td["glider", "action"].shape == (4, 2, 1)
+    assert td["stepper", "action"].dtype == torch.int64 and td["stepper", "action"].shape == (4, 1)
+    assert tenv.group_map == {"glider": ["glider_0", "glider_1"], "stepper": ["stepper_2"]}
+
+
+def test_each_agent_is_done_from_the_step_it_leaves_play():
+    """Against env.agent_active() of a twin env stepped with the rollout's actions: an
+    agent out of play is terminated (and masked out) until its replica's episode ends,
+    when every agent still in play ends as the replica does."""
+    tenv = to_torchrl(make("tag_continuous", num_envs=6, **TAGGY))
+    twin = make("tag_continuous", num_envs=6, **TAGGY)
+    rollout = tenv.rollout(120, break_when_any_done=False)
+    twin.reset()
+    ids = {group: list(twin.policy_specs[group].agent_ids) for group in ("tagger", "runner")}
+    left_mid_episode = 0
+    for t in range(120):
+        before = twin.agent_active().clone()
+        _, _, terminated, truncated, info = twin.step(
+            {group: rollout[group, "action"][:, t] for group in ids})
+        after = twin.agent_active()
+        ended = info["reset_mask"][:, None]
+        expected = {"terminated": torch.where(ended, terminated[:, None] | ~before, ~after),
+                    "truncated": ended & truncated[:, None] & before,
+                    "mask": torch.where(ended, before, after)}
+        expected["done"] = expected["terminated"] | expected["truncated"]
+        for group, agents in ids.items():
+            for key, value in expected.items():
+                got = rollout["next", group, key][:, t]
+                assert torch.equal(got.reshape(value[:, agents].shape), value[:, agents]), (t, key)
+        assert torch.equal(rollout["next", "done"][:, t, 0], info["reset_mask"])
+        left_mid_episode += int((before & ~after & ~ended).sum())
+    assert left_mid_episode >= 20
 
 
 # ---- device-resident data --------------------------------------------------------------

@@ -8,24 +8,29 @@ from pathlib import Path
 
 import torch
 
-from gpusim.errors import GpusimError, describe
+from gpusim.errors import GpusimError, describe, writing
 
 PATTERN = re.compile(r"^checkpoint_(\d{6})\.pt$")
 KEEP = 3
 
 
 def save(directory: Path, iteration: int, payload: dict):
-    """Write checkpoint_<iteration>.pt atomically (temp file, fsync, rename); keep the last few."""
-    directory.mkdir(parents=True, exist_ok=True)
+    """Write checkpoint_<iteration>.pt atomically (temp file, fsync, rename); keep the last few.
+
+    A write that fails (a full disk) removes its temp file and raises one line naming
+    the checkpoint: the previous checkpoints are untouched, so the run can resume.
+    """
     final = directory / f"checkpoint_{iteration:06d}.pt"
     temp = directory / f".{final.name}.tmp"
-    with open(temp, "wb") as f:
-        torch.save(payload, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(temp, final)
+    with writing(final, cleanup=lambda: temp.unlink(missing_ok=True)):
+        directory.mkdir(parents=True, exist_ok=True)
+        with open(temp, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temp, final)
     for old in list_checkpoints(directory)[:-KEEP]:
-        old.unlink()
+        old.unlink(missing_ok=True)
     return final
 
 
@@ -33,7 +38,8 @@ def remove_partial(directory: Path):
     """Delete the temporary files of checkpoint writes a kill cut short."""
     if directory.is_dir():
         for temp in directory.glob(".checkpoint_*.pt.tmp"):
-            temp.unlink(missing_ok=True)
+            with writing(temp):
+                temp.unlink(missing_ok=True)
 
 
 def list_checkpoints(directory: Path) -> list:

@@ -19,12 +19,13 @@ from pathlib import Path
 from gpusim.backends import BACKEND_NAMES, check_process_count
 from gpusim.config import load_yaml
 from gpusim.envs import env_class, env_names
-from gpusim.errors import GpusimError, describe, exit_code
+from gpusim.errors import GpusimError, describe, exit_code, writing
 from gpusim.scale import distributed
 from gpusim.scale.device import DeviceContext
 
 from . import checkpoint
 from .acceleration import resolve_precision
+from .arguments import ArgumentParser
 from .autoscale import auto_scale
 from .algorithms import ALGORITHMS
 from .config import config_reference, load_run_config, load_run_dir_config, recipe_path
@@ -35,14 +36,6 @@ from .loop import Stopped, Trainer
 FLAG_KEYS = {"algorithm": "trainer.algorithm", "backend": "trainer.backend", "num_envs": "trainer.num_envs",
              "rollout_len": "trainer.rollout_len", "total_steps": "trainer.total_steps",
              "seed": "trainer.seed", "memory_budget": "scale.memory_budget"}
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse whose errors are one `error:` line (exit code 2), like every other error."""
-
-    def error(self, message):
-        print(f"error: {message} (see --help)", file=sys.stderr)
-        sys.exit(2)
 
 
 def parse_args(argv=None):
@@ -159,8 +152,27 @@ def worker(args) -> int:
     distributed.exit_now(code)  # torchrun: see exit_now
 
 
-def resume_hint(run_dir: Path) -> str:
+def open_run_dir(args, config, context) -> tuple:
+    """(run directory, its RunLogger): a new directory, or the one resumed, locked first (a
+    second process must not touch a run in use), with the resolved config written in it."""
+    run_dir = Path(args.resume) if args.resume else \
+        new_run_dir(args.results_dir, config.env_name, config.trainer.seed)
+    logger = RunLogger(run_dir, config.trainer.num_iterations(context.world_size),
+                       quiet=args.quiet)
+    try:
+        with writing(run_dir / "config.yaml"):
+            config.dump(run_dir / "config.yaml")
+    except BaseException:
+        logger.close()
+        raise
+    print(f"run directory: {run_dir}", flush=True)
+    return run_dir, logger
+
+
+def resume_hint(run_dir: Path | None) -> str:
     """What to do after an interruption, with the run's own path."""
+    if run_dir is None:
+        return "interrupted before the run directory was made: start again"
     saved = checkpoint.list_checkpoints(run_dir / "checkpoints")
     if not saved:
         return f"interrupted before the first checkpoint: start again (run directory {run_dir})"
@@ -180,17 +192,13 @@ def train(args, context) -> int:
         config = auto_scale(config, cls, context)
     state = checkpoint.load_latest(Path(args.resume) / "checkpoints") if args.resume else None
     logger = run_dir = None
-    if context.is_main:
-        run_dir = Path(args.resume) if args.resume else \
-            new_run_dir(args.results_dir, config.env_name, config.trainer.seed)
-        # the lock comes first: a second process must not touch a run in use
-        logger = RunLogger(run_dir, config.trainer.num_iterations(context.world_size),
-                           quiet=args.quiet)
-        config.dump(run_dir / "config.yaml")
-        print(f"run directory: {run_dir}", flush=True)
     try:
-        trainer = Trainer(config, cls, context, logger)
+        # Built before the run directory: a config the env or the device refuses (sac on
+        # discrete actions, tf32 on a CPU) leaves no empty run directory behind.
+        trainer = Trainer(config, cls, context)
         if context.is_main:
+            run_dir, logger = open_run_dir(args, config, context)
+            trainer.attach_logger(logger)
             t = config.trainer
             print(f"{config.env_name}: {context.world_size} x {t.num_envs} replicas x "
                   f"{trainer.env.num_agents} agents on {trainer.env.backend.name}, "
@@ -218,7 +226,8 @@ def train(args, context) -> int:
     rate = summary["env_steps"] / summary["time_s"] if summary["time_s"] else 0.0
     if config.auto_scale_report is not None:
         config.auto_scale_report["final_env_steps_per_s"] = round(rate, 1)
-        config.dump(run_dir / "config.yaml")
+        with writing(run_dir / "config.yaml"):
+            config.dump(run_dir / "config.yaml")
     returns = ", ".join(f"{name} {value:.3f}" if value is not None else f"{name} n/a"
                         for name, value in summary["episode_return"].items())
     solved = " (target return reached)" if summary["solved"] else ""

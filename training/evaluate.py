@@ -13,7 +13,6 @@ RUN_DIR/eval.json.
 """
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import math
@@ -22,11 +21,12 @@ from pathlib import Path
 
 import torch
 
-from gpusim.errors import GpusimError
+from gpusim.errors import GpusimError, writing
 
 from . import checkpoint
 from .actors import Actors
 from .algorithms import algorithm_class
+from .arguments import ArgumentParser, int_in
 from .config import load_run_dir_config
 
 Z95 = 1.96  # normal quantile of a two-sided 95% interval
@@ -124,22 +124,21 @@ def evaluate(run_dir, num_episodes: int = 64, num_envs: int | None = None, seed:
         log(f"  {name}:")
         for key, value in summary.items():
             log(f"    {key:<28} {value['mean']:10.3f} +- {value['ci95']:.3f}")
-    (run_dir / "eval.json").write_text(json.dumps(
-        {"episodes": num_episodes, "seed": seed, "pairings": results}, indent=1))
+    with writing(run_dir / "eval.json"):
+        (run_dir / "eval.json").write_text(json.dumps(
+            {"episodes": num_episodes, "seed": seed, "pairings": results}, indent=1))
     return results
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gpusim.evaluate",
-                                     description=__doc__.split("\n")[0])
+    parser = ArgumentParser(prog="python -m gpusim.evaluate", description=__doc__.split("\n")[0])
     parser.add_argument("run_dir", help="a run directory written by python -m gpusim.train")
-    parser.add_argument("--episodes", type=int, default=64, help="episodes per pairing")
-    parser.add_argument("--num_envs", type=int, help="replicas stepped at once")
-    parser.add_argument("--seed", type=int, default=12345)
+    parser.add_argument("--episodes", type=int_in(2), default=64,
+                        help="episodes per pairing (a confidence interval needs two)")
+    parser.add_argument("--num_envs", type=int_in(1), help="replicas stepped at once")
+    parser.add_argument("--seed", type=int_in(0, 2**64 - 1), default=12345)
     args = parser.parse_args(argv)
     try:
-        if args.episodes < 2:
-            raise GpusimError("--episodes must be at least 2 (a confidence interval needs two)")
         evaluate(args.run_dir, args.episodes, args.num_envs, args.seed)
     except GpusimError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from gpusim.errors import GpusimError
+from gpusim.errors import GpusimError, writing
 
-from . import checkpoint
+from . import checkpoint, metrics
 from .tensorboard import ScalarWriter, drop_steps_after
 
 
@@ -44,7 +44,8 @@ def lock_run_dir(run_dir: Path):
     its metrics and checkpoints; the second is refused, naming the first.
     """
     path = Path(run_dir) / ".lock"
-    handle = open(path, "a+")
+    with writing(path):  # a read-only run directory fails here, first
+        handle = open(path, "a+")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -52,10 +53,11 @@ def lock_run_dir(run_dir: Path):
         holder = handle.read().strip() or "another process"
         handle.close()
         raise GpusimError(f"run directory {run_dir} is in use by pid {holder}") from None
-    handle.seek(0)
-    handle.truncate()
-    handle.write(str(os.getpid()))
-    handle.flush()
+    with writing(path, cleanup=handle.close):
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
     return handle
 
 
@@ -88,34 +90,33 @@ class RunLogger:
         drop_steps_after(self.run_dir / "tensorboard", env_steps)
 
     def _truncate_metrics(self, last_iteration: int):
-        if not self.metrics_path.exists():
+        path = self.metrics_path
+        if not path.exists() and not path.is_symlink():
             return
-        lines = [line for line in self.metrics_path.read_text().splitlines() if line.strip()]
+        lines = metrics.read_lines(path)
         kept = []
         for number, line in enumerate(lines, 1):
-            try:
-                row = json.loads(line)
-                iteration = row["iteration"]
-            except (json.JSONDecodeError, KeyError, TypeError):
+            row = metrics.record(line)
+            if row is None:
                 if number == len(lines):  # a line cut short by a kill: it is re-run anyway
                     break
-                raise GpusimError(f"{self.metrics_path}: line {number} is not a metrics "
-                                  "record; repair or remove that line to resume") from None
-            if iteration <= last_iteration:
+                raise metrics.not_a_record(path, number)
+            if row["iteration"] <= last_iteration:
                 kept.append(line)
-        temp = self.metrics_path.with_suffix(".tmp")
-        temp.write_text("".join(line + "\n" for line in kept))
-        os.replace(temp, self.metrics_path)
+        temp = path.with_suffix(".tmp")
+        with writing(path, cleanup=lambda: temp.unlink(missing_ok=True)):
+            temp.write_text("".join(line + "\n" for line in kept))
+            os.replace(temp, path)
 
-    def log(self, metrics: dict):
+    def log(self, row: dict):
         if self._first is None:
-            self._first = metrics["iteration"]
-        clean = {k: _jsonable(v) for k, v in metrics.items()}
-        with open(self.metrics_path, "a") as f:
+            self._first = row["iteration"]
+        clean = {k: _jsonable(v) for k, v in row.items()}
+        with writing(self.metrics_path), open(self.metrics_path, "a") as f:
             f.write(json.dumps(clean) + "\n")
         if self.tensorboard is None:  # after a resume has trimmed the old event files
             self.tensorboard = ScalarWriter(self.run_dir / "tensorboard")
-        self.tensorboard.add_scalars(metrics["env_steps"], {
+        self.tensorboard.add_scalars(row["env_steps"], {
             k: v for k, v in clean.items() if k not in ("iteration", "env_steps")})
         self.progress(clean)
 

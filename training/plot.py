@@ -6,25 +6,25 @@ throughput.png (env steps/s and the time split).
 """
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from pathlib import Path
 
-from gpusim.errors import GpusimError
+from gpusim.errors import GpusimError, writing
+
+from . import metrics
+from .arguments import ArgumentParser
 
 
 def read_metrics(run_dir: Path) -> list:
     path = Path(run_dir) / "metrics.jsonl"
-    if not path.is_file():
+    if not path.exists():
         raise GpusimError(f"no metrics.jsonl in {run_dir}: is it a run directory?")
     rows = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                raise GpusimError(f"{path}: line {number} is not JSON") from None
+    for number, line in enumerate(metrics.read_lines(path), 1):
+        row = metrics.record(line)
+        if row is None or not isinstance(row.get("env_steps"), (int, float)):
+            raise metrics.not_a_record(path, number)
+        rows.append(row)
     if not rows:
         raise GpusimError(f"{path} is empty: the run logged no iteration yet")
     return rows
@@ -50,7 +50,8 @@ def plot_run(run_dir) -> list:
     rows = read_metrics(run_dir)
     names = policies(rows)
     out_dir = run_dir / "plots"
-    out_dir.mkdir(exist_ok=True)
+    with writing(out_dir):
+        out_dir.mkdir(exist_ok=True)
     title = run_dir.name
     written = []
 
@@ -88,14 +89,15 @@ def plot_run(run_dir) -> list:
 
 def _save(fig, path):
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with writing(path):
+        fig.savefig(path, dpi=110)
     import matplotlib.pyplot as plt
     plt.close(fig)
     return path
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gpusim.plot", description=__doc__.split("\n")[0])
+    parser = ArgumentParser(prog="python -m gpusim.plot", description=__doc__.split("\n")[0])
     parser.add_argument("run_dir", help="a run directory written by python -m gpusim.train")
     args = parser.parse_args(argv)
     try:

@@ -11,17 +11,21 @@ before its final step (the auto-reset has already replaced the final state).
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import torch
 
 from gpusim.envs import env_class
-from gpusim.errors import GpusimError
+from gpusim.errors import GpusimError, writing
+from .arguments import ArgumentParser, int_in, output_file
 from .config import load_run_dir_config
 from .actors import Actors
 from .evaluate import load_policies
+
+ANIMATIONS = (".gif", ".mp4")
+MAX_STEPS = 100_000  # frames are kept on the device, then drawn one by one
+MAX_REPLICA = 1_000_000  # the env is built with replica + 1 replicas
 
 
 @torch.no_grad()
@@ -65,9 +69,7 @@ def write_animation(env, frames: list, out: Path, fps: int = 20, every: int = 1)
         from matplotlib import animation
     except ImportError:
         raise GpusimError("rendering needs matplotlib: pip install 'gpusim[plot]'") from None
-    suffix = Path(out).suffix.lower()
-    if suffix not in (".gif", ".mp4"):
-        raise GpusimError(f"--out must end in .gif or .mp4, got {out}")
+    suffix = output_file(out, ANIMATIONS).suffix.lower()
     if suffix == ".mp4" and not animation.FFMpegWriter.isAvailable():
         raise GpusimError("writing MP4 needs ffmpeg on PATH; write a .gif instead")
     fig, ax = plt.subplots(figsize=(4, 4), dpi=72)
@@ -79,7 +81,8 @@ def write_animation(env, frames: list, out: Path, fps: int = 20, every: int = 1)
     movie = animation.FuncAnimation(fig, draw, frames=len(frames))
     writer = animation.PillowWriter(fps=fps) if suffix == ".gif" else \
         animation.FFMpegWriter(fps=fps)
-    movie.save(out, writer=writer)
+    with writing(out):
+        movie.save(out, writer=writer)
     plt.close(fig)
 
 
@@ -101,21 +104,20 @@ def render(source: str, out, episodes: int = 1, replica: int = 0, seed: int = 0,
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gpusim.render",
-                                     description=__doc__.split("\n")[0])
+    parser = ArgumentParser(prog="python -m gpusim.render", description=__doc__.split("\n")[0])
     parser.add_argument("source", help="a run directory (trained policies) or an env name "
                                        "or module:Class (random policies)")
     parser.add_argument("--out", default="episode.gif", help="episode.gif or episode.mp4")
-    parser.add_argument("--episodes", type=int, default=1)
-    parser.add_argument("--replica", type=int, default=0, help="which replica to record")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--every", type=int, default=1, help="keep every n-th frame")
-    parser.add_argument("--max_steps", type=int, default=10_000)
+    parser.add_argument("--episodes", type=int_in(1), default=1)
+    parser.add_argument("--replica", type=int_in(0, MAX_REPLICA), default=0,
+                        help="which replica to record")
+    parser.add_argument("--seed", type=int_in(0, 2**64 - 1), default=0)
+    parser.add_argument("--every", type=int_in(1), default=1, help="keep every n-th frame")
+    parser.add_argument("--max_steps", type=int_in(1, MAX_STEPS), default=10_000,
+                        help="frames recorded at most (kept in memory until written)")
     args = parser.parse_args(argv)
     try:
-        for key in ("episodes", "every", "max_steps"):
-            if getattr(args, key) < 1:
-                raise GpusimError(f"--{key} must be at least 1")
+        output_file(args.out, ANIMATIONS)  # before recording, not after
         count = render(args.source, args.out, args.episodes, args.replica, args.seed,
                        args.every, args.max_steps)
     except GpusimError as exc:

@@ -12,6 +12,8 @@ import struct
 import time
 from pathlib import Path
 
+from gpusim.errors import GpusimError, reading, writing
+
 
 def _crc32c_table():
     table = []
@@ -81,17 +83,21 @@ class ScalarWriter:
 
     def __init__(self, log_dir: Path):
         log_dir = Path(log_dir)
-        log_dir.mkdir(parents=True, exist_ok=True)
         name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.gpusim"
         self.path = log_dir / name
-        self._file = open(self.path, "ab")
-        self._file.write(frame(encode_event(time.time(), 0, file_version="brain.Event:2")))
-        self._file.flush()
+        with writing(self.path):
+            log_dir.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.path, "ab")
+        self._write(frame(encode_event(time.time(), 0, file_version="brain.Event:2")))
 
     def add_scalars(self, step: int, scalars: dict):
         finite = {k: float(v) for k, v in scalars.items() if v is not None}
-        self._file.write(frame(encode_event(time.time(), step, scalars=finite)))
-        self._file.flush()
+        self._write(frame(encode_event(time.time(), step, scalars=finite)))
+
+    def _write(self, record: bytes):
+        with writing(self.path):
+            self._file.write(record)
+            self._file.flush()
 
     def close(self):
         self._file.close()
@@ -120,13 +126,17 @@ def drop_steps_after(log_dir: Path, last_step: int):
     """On resume: keep only the events up to `last_step` (the checkpoint's), so the
     iterations that run again are not shown twice."""
     for path in Path(log_dir).glob("events.out.tfevents.*"):
-        data = path.read_bytes()
+        if not path.is_file():
+            raise GpusimError(f"{path} is not a file: move it away to resume")
+        with reading(path):
+            data = path.read_bytes()
         kept = b"".join(data[start:end] for start, end, step, _ in records(data)
                         if step <= last_step)
         if kept != data:
             temp = path.with_name(path.name + ".tmp")
-            temp.write_bytes(kept)
-            os.replace(temp, path)
+            with writing(path, cleanup=lambda: temp.unlink(missing_ok=True)):
+                temp.write_bytes(kept)
+                os.replace(temp, path)
 
 
 def read_scalars(path) -> list:

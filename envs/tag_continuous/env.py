@@ -23,7 +23,7 @@ from gpusim.arrays import ArraySpec
 from gpusim.errors import ArrayError, ConfigError
 from gpusim.env import Env
 from gpusim.kernels import KernelSpec, agent_phase, env_phase
-from gpusim.spaces import Box
+from gpusim.spaces import Box, per_role_names
 
 from .config import TagContinuousConfig
 from .measures import RunnerSurvival
@@ -284,6 +284,7 @@ class TagContinuous(Env):
         taggers = c.tagger_id_list
         self.policies = {"tagger": taggers,
                          "runner": tuple(i for i in range(c.num_agents) if i not in taggers)}
+        self.agent_names = per_role_names(self.policies)  # tagger_0.., runner_0..
 
     def array_specs(self):
         c, f32, i32 = self.config, torch.float32, torch.int32

@@ -55,6 +55,7 @@ from gpusim.arrays import ArraySpec
 from gpusim.env import Env
 from gpusim.errors import ArrayError
 from gpusim.kernels import agent_phase, env_phase
+from gpusim.spaces import per_role_names
 
 from .config import TagGridworldConfig
 
@@ -189,6 +190,7 @@ class TagGridworld(Env):
         self.policies = {"tagger": tuple(range(config.num_taggers)),
                          "runner": (config.runner_id,)}
         self.action_mask_array = "legal_moves" if config.mask_walls else None
+        self.agent_names = per_role_names(self.policies)  # tagger_0.., runner_0
 
     def array_specs(self):
         i32 = torch.int32

@@ -7,7 +7,7 @@ from typing import Callable, TypeVar
 import torch
 
 from gpusim import kernels
-from gpusim.errors import ArrayError, BackendError, GpusimError, NotEnoughMemory
+from gpusim.errors import ArrayError, BackendError, GpusimError, NotEnoughMemory, compile_failed
 from gpusim.sizes import format_size
 
 T = TypeVar("T")
@@ -116,8 +116,7 @@ class Backend:
         except GpusimError:
             raise
         except Exception as exc:
-            raise BackendError(f"compiling kernel '{spec.name}' for the {self.name} "
-                               f"backend failed: {type(exc).__name__}: {exc}") from None
+            raise BackendError(compile_failed(spec, self.name, exc)) from None
 
     def _compile(self, spec: kernels.KernelSpec) -> Kernel:
         raise NotImplementedError

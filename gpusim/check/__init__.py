@@ -9,6 +9,7 @@ Checks, in order (names as printed; pass any of them in `skip=` to leave it out)
 - `attributes`  num_agents and obs_dim are positive integers; the env declares
                 actions (action_nvec, action_box or policy_actions);
                 policies map names to agent ids covering every agent exactly once;
+                agent_names holds one distinct, non-empty name per agent;
                 config_class is a dataclass with a `load` classmethod.
 - `reset`       reset() returns obs of shape (num_envs, num_agents, obs_dim),
                 float32, on env.device, and the reset phases write every entry.

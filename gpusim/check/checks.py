@@ -12,6 +12,7 @@ import numbers
 import numpy as np
 import torch
 
+from gpusim import spaces
 from gpusim.check.compare import (first_index, index_text, lockstep, one_line, tensor_problems,
                                   value_text)
 from gpusim.check.rollout import SENTINEL
@@ -39,6 +40,10 @@ def attributes(env) -> str:
         problems.append("the env declares no actions: set action_nvec (discrete) or "
                         "action_box (continuous)")
     problems += _policy_problems(env)
+    names = spaces.name_problem(getattr(env, "agent_names", None),
+                                getattr(env, "num_agents", 0))
+    if names:
+        problems.append(f"agent_names {names}")
     cfg = getattr(env, "config_class", None)
     if cfg is None or not dataclasses.is_dataclass(cfg) or not hasattr(cfg, "load"):
         problems.append("config_class must be a dataclass with a load() classmethod "

@@ -255,6 +255,9 @@ def init(context, timeout_s: float = 600.0, collective_timeout_s: float = 300.0)
     if not addr or not port:
         raise GpusimError("WORLD_SIZE > 1 needs MASTER_ADDR and MASTER_PORT "
                           "(start with --num_gpus N, or with torchrun)")
+    if not port.strip().isdigit() or not 0 < int(port) < 65536:
+        raise GpusimError(f"environment variable MASTER_PORT must be a port number "
+                          f"1..65535, got {port!r}")
     if os.environ.get(LAUNCHER_STORE):
         store = dist.TCPStore(addr, int(port), context.world_size, is_master=False,
                               timeout=timeout)

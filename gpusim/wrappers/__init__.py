@@ -18,19 +18,10 @@ from gpusim.errors import GpusimError
 INTEROP = "pip install 'gpusim[interop]'"
 
 
-def check_is_env(env, adapter: str, continuous: bool = True):
+def check_is_env(env, adapter: str):
     if not isinstance(env, Env):
         raise GpusimError(f"{adapter} takes a gpusim env (gpusim.make(...)), "
                           f"got {type(env).__name__}")
-    if not continuous and env.continuous_dim:
-        raise GpusimError(f"{adapter} adapts envs with discrete actions; {env.name}'s are "
-                          "continuous (to_gymnasium takes one-agent continuous envs)")
-    if not continuous and not env.action_nvec:
-        raise GpusimError(f"{adapter} adapts envs whose policies share one action set; "
-                          f"{env.name}'s policies have different ones")
-    if any(p.obs_dim != env.obs_dim for p in env.policy_specs.values()):
-        raise GpusimError(f"{adapter} adapts envs whose policies observe alike; {env.name}'s "
-                          "policies have observations of different sizes")
 
 
 def _require(adapter: str, library: str, install: str = INTEROP):

@@ -48,6 +48,8 @@ class GymnasiumVectorEnv(gymnasium.vector.VectorEnv):
     `single_action_space` is `Discrete(n)` when the env's action has one
     component, else its MultiDiscrete, or its Box for continuous actions
     (clipped into the bounds by the env). Rewards are the env's float32.
+    `reset` returns the agent's name (`env.agent_names`, also `.agent_name`) in
+    `infos["agent_name"]`, one entry per sub-environment.
     `reset(seed=s)` re-seeds every replica's RNG stream from s (replica e
     draws from stream (s, e)), so one integer seeds the whole batch. Reset
     options are ignored, except `reset_mask`: all replicas reset together.
@@ -61,7 +63,13 @@ class GymnasiumVectorEnv(gymnasium.vector.VectorEnv):
             raise GpusimError(
                 f"to_gymnasium takes a one-agent env, and {env.name} has {env.num_agents} "
                 "agents: use to_pettingzoo (one replica) or to_torchrl (all replicas)")
+        if env.agent_active_array is not None:
+            raise GpusimError(
+                f"to_gymnasium takes envs whose agent plays until its replica's episode ends; "
+                f"{env.name}'s agent can leave play earlier (agent_active_array): use "
+                "to_pettingzoo or to_torchrl, which report per-agent done")
         self.env = env
+        self.agent_name = env.agent_names[0]
         self.metadata = dict(self.metadata)  # the instance's own, as in gymnasium's vector envs
         self.num_envs = env.num_envs
         policy = next(iter(env.policies))
@@ -82,7 +90,12 @@ class GymnasiumVectorEnv(gymnasium.vector.VectorEnv):
         super().reset(seed=seed)  # seeds self.np_random, as gymnasium expects
         obs = self.env.reset(seed=seed)
         self._needs_reset = False
-        return to_host(obs[:, 0]), {}
+        return to_host(obs[:, 0]), self._name_info()
+
+    def _name_info(self) -> dict:
+        """The agent's name per sub-environment, as a vector env's infos hold values."""
+        return {"agent_name": np.full(self.num_envs, self.agent_name, dtype=object),
+                "_agent_name": np.ones(self.num_envs, dtype=bool)}
 
     def step(self, actions):
         """One step of every replica; finished replicas restart in the same step."""

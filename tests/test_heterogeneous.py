@@ -308,3 +308,65 @@ def test_policies_with_different_action_sets_learn():
     end = t.train()["episode_return"]
     # random: pair 0.5 x 8 = 4, triple (0.5 + 0.5) x 8 = 8; the best: 8 and 16
     assert end["pair"] > start["pair"] + 1.5 and end["triple"] > start["triple"] + 3, (start, end)
+
+
+# ---- per-agent done on the truncating step ------------------------------------------------
+def record_steps(env):
+    """Wrap env.step: per step, who was in play before it, truncation, who was still in play
+    when the replica ended (env.final_active), and the env's own rewards."""
+    steps, original = [], env.step
+
+    def step(actions=None):
+        before = env.agent_active().clone()
+        out = original(actions)
+        steps.append((before, out[3].clone(), env.final_active().clone(), out[1].clone()))
+        return out
+    env.step = step
+    return steps
+
+
+def test_ppo_does_not_bootstrap_an_agent_that_finished_on_the_truncating_step():
+    t = trainer(num_envs=256, rollout_len=40)
+    steps = record_steps(t.env)
+    t.algorithm.collect(0)
+    finished_seen = kept_seen = 0
+    for k, (before, truncated, final, reward) in enumerate(steps):
+        for g in t.algorithm.groups:
+            agents = g.agents
+            stored = g.buffer.rewards[k]
+            own = reward[:, agents]
+            ended = truncated[:, None]
+            finished = ended & before[:, agents] & ~final[:, agents]  # its own episode ended
+            kept = ended & before[:, agents] & final[:, agents]       # cut off by the limit
+            assert torch.equal(stored[finished], own[finished])        # no bootstrap
+            assert bool((stored[kept] != own[kept]).all())             # gamma * V added
+            assert bool(g.buffer.dones[k][finished].all())
+            finished_seen += int(finished.sum())
+            kept_seen += int(kept.sum())
+    assert finished_seen > 0 and kept_seen > 0
+
+
+def test_the_replay_ring_marks_an_agent_that_finished_on_the_truncating_step_terminal():
+    from gpusim.envs import env_class
+    cls = env_class("tag_continuous")
+    config = load_run_config("tag_continuous", cls, overrides={
+        "trainer.backend": "cpu", "trainer.algorithm": "sac", "trainer.num_envs": 64,
+        "trainer.rollout_len": 12, "trainer.total_steps": 10**4, "trainer.learning_starts": 10,
+        "trainer.final_eval_episodes": 0, "env.continuous_actions": True,
+        "env.num_taggers": 3, "env.num_runners": 6, "env.episode_length": 6,
+        "env.tagging_distance": 0.2, "policy.hidden_sizes": [8]})
+    t = Trainer(config, cls)
+    steps = record_steps(t.env)
+    t.algorithm.collect(0)
+    finished_seen = 0
+    for g in t.algorithm.groups:
+        width = t.env.num_envs * g.spec.num_agents
+        for k, (before, truncated, final, _) in enumerate(steps):
+            rows = slice(k * width, (k + 1) * width)
+            terminated = g.replay.terminated[rows].view(t.env.num_envs, -1)
+            valid = g.replay.valid[rows].view(t.env.num_envs, -1)
+            finished = truncated[:, None] & before[:, g.agents] & ~final[:, g.agents]
+            assert bool(terminated[finished].all()) and bool(valid[finished].all())
+            assert torch.equal(valid, before[:, g.agents])  # rows out of play never drawn
+            finished_seen += int(finished.sum())
+    assert finished_seen > 0

@@ -282,7 +282,26 @@ def load_run_dir_config(run_dir, overrides: dict | None = None):
     if not name:
         raise ConfigError(f"{path} names no env (env_name)")
     cls = env_class(name)
-    return cls, load_run_config(name, cls, path=path, overrides=overrides)
+    config = load_run_config(name, cls, path=path, overrides=overrides)
+    check_complete(load_yaml(path), config, path)
+    return cls, config
+
+
+def check_complete(saved: dict, config: RunConfig, path):
+    """A run's saved config.yaml holds every key it ran with: a damaged one (truncated, a
+    line lost) is refused rather than filled in with defaults, which would change the run."""
+    for section, values in config.to_dict().items():
+        if section == "auto_scale_report":
+            continue
+        if not isinstance(values, dict):
+            continue
+        held = saved.get(section)
+        held = held if isinstance(held, dict) else {}
+        missing = [key for key in values if key not in held]
+        if missing:
+            raise ConfigError(f"{path} is damaged: it lacks {section}.{missing[0]}"
+                              + (f" and {len(missing) - 1} more keys" if len(missing) > 1
+                                 else "") + "; restore it, or start a new run")
 
 
 def parse_value(raw: str):

@@ -38,6 +38,18 @@ def mlp(sizes, activation, out_gain):
     return nn.Sequential(*layers)
 
 
+def training_bytes(spec, policy_config, networks: int) -> int:
+    """About what `networks` MLPs of a policy take while training (weights, gradients and
+    Adam's two moments, fp32), estimated before allocating any."""
+    hidden = list(policy_config.hidden_sizes)
+    sizes = [spec.obs_dim + spec.action_width] + hidden + [2 * spec.action_width + 1]
+    params = sum((a + 1) * b for a, b in zip(sizes[:-1], sizes[1:]))
+    if policy_config.recurrent != "none":
+        params += 8 * (hidden[-1] + policy_config.recurrent_size + 1) \
+            * policy_config.recurrent_size
+    return networks * params * 4 * 4
+
+
 def tanh_gaussian_log_prob(mean, log_std, raw) -> torch.Tensor:
     """log-density of tanh(raw), raw ~ N(mean, exp(log_std)), summed over the last dim:
     the Gaussian's minus log(1 - tanh(raw)^2), written 2 (log 2 - u - softplus(-2u)) so it

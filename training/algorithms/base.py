@@ -39,6 +39,14 @@ class Algorithm:
                        for name, spec in env.policy_specs.items()}
         self.episodes = EpisodeTracker(env, config.trainer.rollout_len, self.agents)
 
+    def check_models_fit(self, networks: int):
+        """Refuse, before allocating, policy networks that cannot fit the device."""
+        from ..models import training_bytes
+        need = sum(training_bytes(spec, self.config.policy, networks)
+                   for spec in self.env.policy_specs.values())
+        self.env.backend.check_fits(f"training the policy networks (policy.hidden_sizes "
+                                    f"{list(self.config.policy.hidden_sizes)})", need)
+
     @property
     def next_obs(self) -> torch.Tensor:
         """The observation the next rollout step acts on: the env's own buffer."""

@@ -195,6 +195,7 @@ class OffPolicy(Algorithm):
         env.backend.check_fits(f"the replay buffers ({cfg.replay_size:,} transitions per "
                                "policy)", cfg.replay_size * row)
         self.collectives = TorchCollectives() if self.distributed else LOCAL
+        self.check_models_fit(networks=2 * (1 + self.num_critics))  # online and target
         self.groups = [self._policy_group(name, spec)
                        for name, spec in env.policy_specs.items()]
         self.actors = Actors(env, {g.name: g.model for g in self.groups},

@@ -227,6 +227,12 @@ class PPO(Algorithm):
         if self.bptt_len and (self.central or t.rollout_len % self.bptt_len):
             raise GpusimError("policy.recurrent needs policy.critic local and a rollout_len "
                               f"that is a multiple of policy.bptt_len ({self.bptt_len})")
+        if not any(spec.continuous for spec in env.policy_specs.values()):
+            for key in ("state_dependent_std", "log_std_init"):  # the Gaussian head's keys
+                if getattr(config.policy, key) != getattr(type(config.policy)(), key):
+                    raise GpusimError(f"config key 'policy.{key}' applies to continuous "
+                                      f"actions, and every policy of {env.name} acts "
+                                      "discretely")
         mask = env.action_mask()
         self.mask_width = 0 if mask is None else mask.shape[-1]
         self.state_dim = env.global_state().shape[-1] if self.central else 0
@@ -235,6 +241,7 @@ class PPO(Algorithm):
             f"{env.num_agents} agents)",
             sum(buffer_bytes(spec, t.rollout_len, env.num_envs, self.state_dim, self.mask_width)
                 for spec in env.policy_specs.values()))
+        self.check_models_fit(networks=2)  # an actor and a critic
         self.groups = [self._policy_group(name, spec)
                        for name, spec in env.policy_specs.items()]
         self.actors = Actors(env, {g.name: g.model for g in self.groups},

@@ -37,7 +37,10 @@ class Algorithm:
         self.use_compile = compile_enabled(config.trainer.compile, env.device)
         self.agents = {name: agent_index(spec.agent_ids, env.device)
                        for name, spec in env.policy_specs.items()}
-        self.episodes = EpisodeTracker(env, config.trainer.rollout_len, self.agents)
+        rollout_len = config.trainer.rollout_len
+        env.backend.check_fits(f"the episode log ({rollout_len} steps x {env.num_envs:,} "
+                               "replicas)", 4 * rollout_len * env.num_envs * (len(self.agents) + 1))
+        self.episodes = EpisodeTracker(env, rollout_len, self.agents)
 
     def check_models_fit(self, networks: int):
         """Refuse, before allocating, policy networks that cannot fit the device."""

@@ -23,6 +23,10 @@ class BackendError(GpusimError, RuntimeError):
     """A backend is unknown or cannot run on this machine."""
 
 
+class StorageError(GpusimError, OSError):
+    """A file could not be read or written (a full disk, a read-only directory)."""
+
+
 class NotEnoughMemory(GpusimError, MemoryError):
     """An allocation that cannot fit the device, refused before it is tried."""
 
@@ -65,13 +69,13 @@ def _naming(path, verb: str, cleanup):
     try:
         yield
     except Exception as exc:
-        cause = os_error(exc)
+        cause = None if isinstance(exc, GpusimError) else os_error(exc)  # ours: said already
         if cause is None:
             raise
         if cleanup is not None:
             with contextlib.suppress(OSError):
                 cleanup()
-        raise GpusimError(f"cannot {verb} {path}: {cause.strerror or describe(cause)}") from None
+        raise StorageError(f"cannot {verb} {path}: {cause.strerror or describe(cause)}") from None
 
 
 def os_error(exc: BaseException) -> OSError | None:

@@ -226,7 +226,8 @@ def test_policies_that_observe_and_act_differently_are_groups_of_their_own():
     td = tenv.step(tenv.rand_action(tenv.reset()))
     assert td["glider", "observation"].shape == (4, 2, 2)  # policy_obs_dim 2
     assert td["stepper", "observation"].shape == (4, 1, 3)
-    assert td["glider", "action"].dtype == torch.float32 and td["glider", "action"].shape == (4, 2, 1)
+    glider = td["glider", "action"]
+    assert glider.dtype == torch.float32 and glider.shape == (4, 2, 1)
     assert td["stepper", "action"].dtype == torch.int64 and td["stepper", "action"].shape == (4, 1)
     assert tenv.group_map == {"glider": ["glider_0", "glider_1"], "stepper": ["stepper_2"]}
 

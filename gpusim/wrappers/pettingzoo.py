@@ -111,7 +111,8 @@ class GpusimParallelEnv(ParallelEnv):
             terminations = {a: not playing[i] for a, i in zip(live, ids)}
             truncations = dict.fromkeys(live, False)
             self.agents = [a for a, i in zip(live, ids) if playing[i]]
-        return ({a: observations[a] for a in live}, {a: float(rewards[i]) for a, i in zip(live, ids)},
+        return ({a: observations[a] for a in live},
+                {a: float(rewards[i]) for a, i in zip(live, ids)},
                 terminations, truncations, {a: {} for a in live})
 
     def _playing(self) -> np.ndarray:

@@ -403,8 +403,8 @@ def test_race_check_catches_a_lost_update(tsan_dir):
     env, launches = tag_race_launches(np.random.default_rng(4))
     source, dirs, generated = tag_source(env, tsan_dir)
     racy = source.read_text().replace(
-        "t.tagged_by[i] = nearest;",
-        "t.tagged_by[i] = nearest;\n        t.reward[t.base + nearest] += t.tag_reward_for_tagger;")
+        "t.a.tagged_by[i] = nearest;",
+        "t.a.tagged_by[i] = nearest;\n        t.a.reward[t.base + nearest] += t.a.tag_reward_for_tagger;")
     assert racy != source.read_text()
     report = race_check(racy, "racy_tag.cu", launches[:1], 3, env.num_agents, tsan_dir, dirs,
                         generated=generated)

@@ -294,18 +294,23 @@ INSTALL_COMPILER = ("install NVRTC with `pip install gpusim[cuda]` (wheels, no t
                     "the CUDA toolkit for nvcc")
 
 
-def find_nvcc() -> str | None:
-    """nvcc on PATH, else under $CUDA_HOME or $CUDA_PATH, else in the toolkit's default prefix."""
-    found = shutil.which("nvcc")
+def find_tool(name: str) -> str | None:
+    """A CUDA toolkit program (nvcc, ptxas) on PATH, else under $CUDA_HOME or $CUDA_PATH,
+    else in the toolkit's default prefix."""
+    found = shutil.which(name)
     if found:
         return found
     prefixes = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"),
                 os.path.join(os.sep, "usr", "local", "cuda")]
     for prefix in filter(None, prefixes):
-        candidate = Path(prefix) / "bin" / "nvcc"
+        candidate = Path(prefix) / "bin" / name
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return str(candidate)
     return None
+
+
+def find_nvcc() -> str | None:
+    return find_tool("nvcc")
 
 
 @functools.lru_cache(maxsize=None)
@@ -373,10 +378,16 @@ class Nvrtc:
         return log.decode(errors="replace").rstrip("\x00 \n")
 
     def compile(self, source: Path, dirs: list, arch: str, output: str) -> bytes:
+        return self.compile_with_log(source, dirs, arch, output)[0]
+
+    def compile_with_log(self, source: Path, dirs: list, arch: str, output: str,
+                         options: tuple = ()) -> tuple[bytes, str]:
+        """(the image, NVRTC's log) of `source` for `arch`; `options` are added (e.g.
+        `--ptxas-options=-v` for a cubin: the log then holds registers and spills)."""
         nvrtc = self.nvrtc
         target = arch if output == "cubin" else arch.replace("sm_", "compute_")
         options = [f"--gpu-architecture={target}", *NVCC_FLAGS, "--std=c++17",
-                   *(f"--include-path={d}" for d in dirs)]
+                   *(f"--include-path={d}" for d in dirs), *options]
         (program,) = self._checked(nvrtc.nvrtcCreateProgram(
             source.read_bytes(), source.name.encode(), 0, [], []), "create")
         try:
@@ -390,7 +401,7 @@ class Nvrtc:
             (size,) = self._checked(get_size(program), f"{output} size")
             image = b" " * size
             self._checked(get(program, image), output)
-            return image
+            return image, self._log(program)
         finally:
             nvrtc.nvrtcDestroyProgram(program)
 

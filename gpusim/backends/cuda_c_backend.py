@@ -78,9 +78,6 @@ class PyCUDADriver:
         if elsewhere:
             current.wait_stream(default)
 
-    def is_resource_error(self, exc) -> bool:
-        return isinstance(exc, (self.drv.LaunchError, self.drv.MemoryError))
-
 
 class CudaBindingsDriver:
     """Loading and launching through the CUDA driver API of `cuda-bindings`."""
@@ -124,10 +121,6 @@ class CudaBindingsDriver:
         self._call(driver.cuLaunchKernel(kernel[1], grid, 1, 1, block, 1, 1, 0, stream,
                                          (values, types), 0), "cuLaunchKernel")
 
-    def is_resource_error(self, exc) -> bool:
-        return isinstance(exc, BackendError) and any(
-            word in str(exc) for word in ("OUT_OF_MEMORY", "OUT_OF_RESOURCES"))
-
 
 def find_driver(device_index: int):
     """pycuda where it imports, else cuda-bindings; one error naming what to install."""
@@ -164,9 +157,6 @@ class CudaCBackend(CUDADeviceBackend):
 
     def view(self, tensor):
         return TensorPointer(tensor.detach())
-
-    def is_resource_error(self, exc):
-        return self.driver.is_resource_error(exc) or super().is_resource_error(exc)
 
     def _compile(self, spec):
         return CudaCKernel(self, *locate(spec), spec.name)

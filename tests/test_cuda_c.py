@@ -427,7 +427,7 @@ def nvrtc():
         return Nvrtc()
     except Exception as exc:
         pytest.skip(f"NVRTC cannot be used here ({type(exc).__name__}: {exc}); it comes with "
-                    "pip install gpusim[cuda]")
+                    "pip install gpusim[cuda12] or [cuda13]")
 
 
 def kernels_to_compile(build_dir):
@@ -543,5 +543,5 @@ def test_cuda_c_backend_unavailable_is_one_clear_error(name):
             attempt()
         message = str(err.value)
         assert message.startswith("backend 'cuda_c' is unavailable: torch sees no CUDA GPU")
-        assert "pip install gpusim[cuda]" in message and "\n" not in message
+        assert "pip install gpusim[cuda12]" in message and "\n" not in message
         assert err.value.__cause__ is None

@@ -290,7 +290,7 @@ def _c_type_of(dtype) -> str:
 
 # ---- compilers ------------------------------------------------------------------------------
 COMPILER_VARIABLE = "GPUSIM_CUDA_COMPILER"  # nvrtc or nvcc; default: NVRTC where it imports
-INSTALL_COMPILER = ("install NVRTC with `pip install gpusim[cuda]` (wheels, no toolkit), or "
+INSTALL_COMPILER = ("install NVRTC with `pip install gpusim[cuda12]` or `gpusim[cuda13]` (the driver's CUDA major) (wheels, no toolkit), or "
                     "the CUDA toolkit for nvcc")
 
 

@@ -30,7 +30,7 @@ from gpusim.backends.cuda_c import (C_CTYPES, TensorPointer, build, find_compile
                                     launch_signature, locate)
 from gpusim.errors import BackendError
 
-INSTALL_HINT = ("install `pip install gpusim[cuda]` (NVRTC and the CUDA driver API from "
+INSTALL_HINT = ("install `pip install gpusim[cuda12]` or `gpusim[cuda13]` (the driver's CUDA major) (NVRTC and the CUDA driver API from "
                 "wheels) or `pip install gpusim[pycuda]`")
 
 

@@ -49,6 +49,8 @@ setup(
         "test": ["pytest>=7", "scipy>=1.10", "gymnasium>=0.29", "matplotlib>=3.5",
                  "pettingzoo>=1.24", "torchrl>=0.6", "stable-baselines3>=2",
                  f"cuda-bindings>=13; {LINUX_X86}", f"nvidia-cuda-nvrtc>=13; {LINUX_X86}",
-                 f"numba-cuda>=0.30; {LINUX_X86}"],
+                 f"numba-cuda>=0.30; {LINUX_X86}",
+                 # NVRTC 12 beside 13: every CUDA C kernel compiles for both driver majors
+                 f"nvidia-cuda-nvrtc-cu12>=12.9,<13; {LINUX_X86}"],
     },
 )

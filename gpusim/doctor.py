@@ -55,11 +55,19 @@ def gpu_rows() -> list:
 
 
 def nvrtc_version() -> str:
-    from gpusim.backends.cuda_c import Nvrtc
+    """The NVRTC the cuda_c backend uses (cuda-bindings'), and every NVRTC wheel installed."""
+    from gpusim.backends.cuda_c import Nvrtc, nvrtc_libraries
     try:
-        return Nvrtc().identity()
+        used = f"{Nvrtc().identity()} (through cuda-bindings)"
     except Exception as exc:  # not installed, or its library does not load
-        return f"unavailable ({describe(exc)})"
+        used = f"unavailable through cuda-bindings ({describe(exc)})"
+    wheels = []
+    for major, path in sorted(nvrtc_libraries().items()):
+        try:
+            wheels.append(Nvrtc(path).identity())
+        except Exception as exc:  # a wheel whose library does not load
+            wheels.append(f"{major} fails ({describe(exc)})")
+    return used + (f"; wheels: {', '.join(wheels)}" if wheels else "")
 
 
 def nvcc_version() -> str:

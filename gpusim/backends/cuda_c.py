@@ -351,11 +351,15 @@ class Nvcc:
 
 
 class Nvrtc:
-    """NVIDIA's runtime compiler, through the `cuda-bindings` wheels: no toolkit needed."""
+    """NVIDIA's runtime compiler, through the `cuda-bindings` wheels: no toolkit needed; or,
+    with `library`, one libnvrtc of any CUDA major loaded directly (`NvrtcLibrary`)."""
     name = "nvrtc"
 
-    def __init__(self):
-        from cuda.bindings import nvrtc  # ImportError: not installed
+    def __init__(self, library: str | None = None):
+        if library is None:
+            from cuda.bindings import nvrtc  # ImportError: not installed
+        else:
+            nvrtc = NvrtcLibrary(library)
         self.nvrtc = nvrtc
         self.identity()  # the NVRTC library itself must load too
 
@@ -367,7 +371,8 @@ class Nvrtc:
         error, *values = result
         if error != self.nvrtc.nvrtcResult.NVRTC_SUCCESS:
             log = self._log(program) if program is not None else ""
-            raise BackendError(f"NVRTC {what} failed ({error.name}){':' if log else ''}\n{log}"
+            raise BackendError(f"NVRTC {what} failed ({getattr(error, 'name', error)})"
+                               f"{':' if log else ''}\n{log}"
                                .rstrip())
         return values
 
@@ -404,6 +409,82 @@ class Nvrtc:
             return image, self._log(program)
         finally:
             nvrtc.nvrtcDestroyProgram(program)
+
+
+class NvrtcLibrary:
+    """The few NVRTC calls `Nvrtc` makes, with cuda-bindings' calling convention (a tuple of
+    the result, then the values), on a libnvrtc loaded by path through ctypes: NVRTC 12 and
+    13 side by side in one environment (cuda-bindings loads only its own major)."""
+
+    class nvrtcResult:  # noqa: N801 (cuda-bindings' name)
+        NVRTC_SUCCESS = 0
+
+    def __init__(self, path: str):
+        self.lib = ctypes.CDLL(path)
+
+    def _call(self, name: str, *args):
+        return getattr(self.lib, name)(*args)
+
+    def nvrtcVersion(self):  # noqa: N802
+        major, minor = ctypes.c_int(), ctypes.c_int()
+        return self._call("nvrtcVersion", ctypes.byref(major), ctypes.byref(minor)), \
+            major.value, minor.value
+
+    def nvrtcCreateProgram(self, source, name, count, headers, include_names):  # noqa: N802
+        program = ctypes.c_void_p()
+        return self._call("nvrtcCreateProgram", ctypes.byref(program), source, name, 0, None,
+                          None), program
+
+    def nvrtcCompileProgram(self, program, count, options):  # noqa: N802
+        array = (ctypes.c_char_p * count)(*options)
+        return (self._call("nvrtcCompileProgram", program, count, array),)
+
+    def _size(self, name, program):
+        size = ctypes.c_size_t()
+        return self._call(name, program, ctypes.byref(size)), size.value
+
+    def _get(self, name, program, buffer: bytes):
+        out = ctypes.create_string_buffer(len(buffer))
+        result = self._call(name, program, out)
+        ctypes.memmove(buffer, out, len(buffer))  # into the caller's buffer, as cuda-bindings
+        return (result,)
+
+    def nvrtcGetProgramLogSize(self, program):  # noqa: N802
+        return self._size("nvrtcGetProgramLogSize", program)
+
+    def nvrtcGetProgramLog(self, program, buffer):  # noqa: N802
+        return self._get("nvrtcGetProgramLog", program, buffer)
+
+    def nvrtcGetPTXSize(self, program):  # noqa: N802
+        return self._size("nvrtcGetPTXSize", program)
+
+    def nvrtcGetPTX(self, program, buffer):  # noqa: N802
+        return self._get("nvrtcGetPTX", program, buffer)
+
+    def nvrtcGetCUBINSize(self, program):  # noqa: N802
+        return self._size("nvrtcGetCUBINSize", program)
+
+    def nvrtcGetCUBIN(self, program, buffer):  # noqa: N802
+        return self._get("nvrtcGetCUBIN", program, buffer)
+
+    def nvrtcDestroyProgram(self, program):  # noqa: N802
+        return (self._call("nvrtcDestroyProgram", ctypes.byref(program)),)
+
+
+def nvrtc_libraries() -> dict:
+    """{CUDA major: path} of the libnvrtc that NVIDIA's wheels installed (nvidia-cuda-nvrtc-cu12
+    in nvidia/cuda_nvrtc, nvidia-cuda-nvrtc 13 in nvidia/cu13), newest file per major."""
+    try:
+        import nvidia
+    except ImportError:
+        return {}
+    found = {}
+    for root in map(Path, getattr(nvidia, "__path__", [])):
+        for path in sorted(root.glob("*/lib/libnvrtc.so.*")):
+            suffix = path.name.removeprefix("libnvrtc.so.")
+            if suffix.isdigit():
+                found[int(suffix)] = str(path)
+    return found
 
 
 def find_compiler(choice: str | None = None):

@@ -212,3 +212,31 @@ def test_build_once_runs_through_the_hook_when_installed():
     finally:
         set_build_once(None)
     assert events == ["compile x"]
+
+
+def test_cuda_bindings_launch_prepares_types_once_and_one_stream_per_torch_stream(monkeypatch):
+    """The cuda-bindings driver against a stand-in driver API: the argument types come from
+    `prepare`, pointers are passed as addresses, a stream object is made once per stream."""
+    import ctypes
+    from gpusim.backends.cuda_c import CParam
+    from gpusim.backends.cuda_c_backend import CudaBindingsDriver
+    launches, streams = [], []
+    success = object()
+    fake = types.SimpleNamespace(
+        CUresult=types.SimpleNamespace(CUDA_SUCCESS=success),
+        cuCtxSetCurrent=lambda context: (success,),
+        CUstream=lambda handle: streams.append(handle) or f"stream{handle}",
+        cuLaunchKernel=lambda *a: launches.append(a) or (success,))
+    driver = object.__new__(CudaBindingsDriver)
+    driver.driver, driver.context, driver._streams = fake, "ctx", {}
+    driver.device = torch.device("cuda", 0)
+    monkeypatch.setattr(torch.cuda, "current_stream",
+                        lambda device: types.SimpleNamespace(cuda_stream=5))
+    prepared = driver.prepare(None, [CParam("obs", "float", True), CParam("n", "int", False)],
+                              "Pi")
+    assert prepared == (ctypes.c_void_p, ctypes.c_int)
+    for _ in range(2):
+        driver.launch(("module", "function"), 8, 32, prepared, (0x1000, 7))
+    assert streams == [5]
+    assert launches[0] == ("function", 8, 1, 1, 32, 1, 1, 0, "stream5",
+                           ((0x1000, 7), prepared), 0)

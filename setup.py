@@ -10,6 +10,7 @@ ROOTS = {"gpusim": "gpusim", "gpusim.envs": "envs", "gpusim.training": "training
          "gpusim.cuda_kernels": "cuda_kernels"}
 DATA = ["*.yaml", "*.md", "*.cu", "*.cuh"]
 LINUX_X86 = "platform_system == 'Linux' and platform_machine == 'x86_64'"
+CUDA13 = ["numba-cuda[cu13]>=0.30", "cuda-bindings>=13,<14", "nvidia-cuda-nvrtc>=13,<14"]
 
 
 def packages() -> list:
@@ -31,16 +32,25 @@ setup(
     install_requires=["torch>=2.1,<3", "numba>=0.59", "numpy>=1.24", "pyyaml>=6.0",
                       "tqdm>=4.60"],
     extras_require={
-        # the GPU paths: numba's CUDA target, and CUDA C through NVRTC and the driver API
-        # (CUDA 13 wheels; with a CUDA 12 driver use cuda-bindings 12 and the -cu12 NVRTC)
-        "cuda": ["numba-cuda>=0.10", "cuda-bindings>=13", "nvidia-cuda-nvrtc>=13"],
+        # the GPU paths: numba-cuda with the NVVM of its CUDA major, and CUDA C through NVRTC
+        # and the driver API (cuda-bindings); choose the major of the "CUDA Version" that
+        # nvidia-smi shows (a CUDA 12 driver cannot load what CUDA 13 compilers emit)
+        "cuda12": ["numba-cuda[cu12]>=0.30", "cuda-bindings>=12.9,<13",
+                   "nvidia-cuda-nvrtc-cu12>=12.9,<13"],
+        "cuda13": CUDA13,
+        "cuda": CUDA13,  # the newest, as before; an alias of cuda13
         "pycuda": ["pycuda>=2022.1"],
         # adapters to gymnasium, PettingZoo and TorchRL (gpusim.wrappers)
         "interop": ["gymnasium>=0.29", "pettingzoo>=1.24", "torchrl>=0.6"],
         "plot": ["matplotlib>=3.5"],
-        # NVRTC compiles the CUDA C kernels in CI without a GPU (Linux x86-64 wheels only)
+        # Without a GPU, CI compiles the CUDA C kernels with NVRTC and the numba kernels to
+        # PTX with numba-cuda (its NVVM comes from the CUDA toolkit where one is installed);
+        # no extra of numba-cuda's, so no CUDA torch or toolkit wheels (Linux x86-64 only)
         "test": ["pytest>=7", "scipy>=1.10", "gymnasium>=0.29", "matplotlib>=3.5",
                  "pettingzoo>=1.24", "torchrl>=0.6", "stable-baselines3>=2",
-                 f"cuda-bindings>=13; {LINUX_X86}", f"nvidia-cuda-nvrtc>=13; {LINUX_X86}"],
+                 f"cuda-bindings>=13; {LINUX_X86}", f"nvidia-cuda-nvrtc>=13; {LINUX_X86}",
+                 f"numba-cuda>=0.30; {LINUX_X86}",
+                 # NVRTC 12 beside 13: every CUDA C kernel compiles for both driver majors
+                 f"nvidia-cuda-nvrtc-cu12>=12.9,<13; {LINUX_X86}"],
     },
 )

@@ -7,7 +7,7 @@
 //
 //   extern "C" __global__ void __launch_bounds__(1024) my_step(GPUSIM_ENV_PARAMS)
 //   {
-//       const GpusimEnvArgs a = GPUSIM_ENV_ARGS;
+//       GPUSIM_SHARED_ENV_ARGS(a);  // or: const GpusimEnvArgs a = GPUSIM_ENV_ARGS;
 //       ... step phases, __syncthreads() between them ...
 //       gpusim_auto_reset(a, obs_dim, [&] { my_reset_phases(a); });
 //   }
@@ -17,6 +17,17 @@
 
 #include "gpusim_math.cuh"
 #include "gpusim_rng.cuh"
+
+// `GpusimEnvArgs name`: the kernel's arguments, copied once per block into
+// shared memory (thread 0 writes, a barrier, every thread reads). Device
+// functions that take it by reference read each pointer where they use it,
+// instead of keeping every argument in registers for the whole kernel, which
+// spills at 1,024 threads (64 registers each).
+#define GPUSIM_SHARED_ENV_ARGS(name)    \
+    __shared__ GpusimEnvArgs name;      \
+    if (gpusim_agent() == 0)            \
+        name = GPUSIM_ENV_ARGS;         \
+    __syncthreads()
 
 // This thread's replica (its block) and agent (its thread), and the agents per replica.
 __device__ __forceinline__ int gpusim_replica() { return (int)blockIdx.x; }

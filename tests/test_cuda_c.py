@@ -39,7 +39,7 @@ from gpusim import ActionSampler, get_backend
 from gpusim.backends import cuda_c_backend
 from gpusim.backends.cuda_c import (GENERATED_HEADER, Nvcc, Nvrtc, TensorPointer, args_header,
                                     argument_format, build, find_nvcc, header_params,
-                                    include_dirs, kernel_dir, kernel_signature,
+                                    include_dirs, kernel_dir, kernel_signature, nvrtc_libraries,
                                     kernel_signatures, kernel_source, locate, nvcc_command)
 from gpusim.envs.tag_continuous.env import TagContinuous
 from gpusim.errors import BackendError
@@ -403,8 +403,8 @@ def test_race_check_catches_a_lost_update(tsan_dir):
     env, launches = tag_race_launches(np.random.default_rng(4))
     source, dirs, generated = tag_source(env, tsan_dir)
     racy = source.read_text().replace(
-        "t.tagged_by[i] = nearest;",
-        "t.tagged_by[i] = nearest;\n        t.reward[t.base + nearest] += t.tag_reward_for_tagger;")
+        "t.a.tagged_by[i] = nearest;",
+        "t.a.tagged_by[i] = nearest;\n        t.a.reward[t.base + nearest] += t.a.tag_reward_for_tagger;")
     assert racy != source.read_text()
     report = race_check(racy, "racy_tag.cu", launches[:1], 3, env.num_agents, tsan_dir, dirs,
                         generated=generated)
@@ -427,7 +427,7 @@ def nvrtc():
         return Nvrtc()
     except Exception as exc:
         pytest.skip(f"NVRTC cannot be used here ({type(exc).__name__}: {exc}); it comes with "
-                    "pip install gpusim[cuda]")
+                    "pip install gpusim[cuda12] or [cuda13]")
 
 
 def kernels_to_compile(build_dir):
@@ -468,6 +468,28 @@ def test_nvrtc_compiles_every_kernel_with_its_generated_header(nvrtc, arch, tmp_
     broken.write_text('extern "C" __global__ void k(int* x) { x[0] = undefined_thing; }\n')
     with pytest.raises(BackendError, match="(?s)NVRTC could not compile broken.cu .*undefined_thing"):
         nvrtc.compile(broken, [kernel_dir()], arch, "ptx")
+
+
+@pytest.mark.parametrize("major", [12, 13])
+def test_nvrtc_of_each_cuda_major_compiles_every_kernel(major, tmp_path):
+    """CUDA 12 and 13 drivers each need their own NVRTC: both majors, from NVIDIA's wheels side
+    by side (the test extra installs them), compile every kernel for sm_80 and sm_90."""
+    path = nvrtc_libraries().get(major)
+    if path is None:
+        pytest.skip(f"no NVRTC {major} wheel here (pip install "
+                    f"{'nvidia-cuda-nvrtc-cu12' if major == 12 else 'nvidia-cuda-nvrtc'})")
+    compiler = Nvrtc(path)
+    assert compiler.identity().startswith(f"nvrtc {major}.")
+    for source, dirs, functions in kernels_to_compile(tmp_path):
+        for arch in ("sm_80", "sm_90"):
+            ptx = compiler.compile(source, dirs, arch, "ptx").decode()
+            assert f".target {arch}" in ptx
+            for function in functions:
+                assert f".entry {function}(" in ptx
+    broken = tmp_path / "broken.cu"
+    broken.write_text('extern "C" __global__ void k(int* x) { x[0] = undefined_thing; }\n')
+    with pytest.raises(BackendError, match="(?s)NVRTC could not compile.*undefined_thing"):
+        compiler.compile(broken, [kernel_dir()], "sm_90", "ptx")
 
 
 def test_build_compiles_once_into_the_user_cache(nvcc, tmp_path, monkeypatch):
@@ -543,5 +565,5 @@ def test_cuda_c_backend_unavailable_is_one_clear_error(name):
             attempt()
         message = str(err.value)
         assert message.startswith("backend 'cuda_c' is unavailable: torch sees no CUDA GPU")
-        assert "pip install gpusim[cuda]" in message and "\n" not in message
+        assert "pip install gpusim[cuda12]" in message and "\n" not in message
         assert err.value.__cause__ is None

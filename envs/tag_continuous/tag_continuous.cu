@@ -28,9 +28,10 @@
 
 namespace tag {
 
-// The env's arrays and parameters (by name), this thread, and the sizes the
-// portable kernels read off array shapes.
-struct Tag : GpusimEnvArgs {
+// The env's arrays and parameters (by name, in `a`: the block's copy in shared
+// memory), this thread, and the sizes the portable kernels read off array shapes.
+struct Tag {
+    const GpusimEnvArgs& a;
     int env;
     int agent;
     int num_agents;
@@ -45,23 +46,23 @@ struct Tag : GpusimEnvArgs {
 // Uniform position, one of four headings, at rest, in the game.
 __device__ void spawn_agent(const Tag& t)
 {
-    gpusim_u64* rng = gpusim_my_stream(t.rng_state);
-    const float x = gpusim_uniform(rng) * t.grid_length;
-    const float y = gpusim_uniform(rng) * t.grid_length;
+    gpusim_u64* rng = gpusim_my_stream(t.a.rng_state);
+    const float x = gpusim_uniform(rng) * t.a.grid_length;
+    const float y = gpusim_uniform(rng) * t.a.grid_length;
     const float heading = (float)gpusim_randint(rng, 4) * TAG_HALF_PI;
-    t.loc_x[t.row] = x;
-    t.loc_y[t.row] = y;
-    t.direction[t.row] = heading;
-    t.speed[t.row] = 0.0f;
-    t.acceleration[t.row] = 0.0f;
-    t.still_in_game[t.row] = 1;
-    t.agent_type[t.row] = t.is_tagger[t.agent];
+    t.a.loc_x[t.row] = x;
+    t.a.loc_y[t.row] = y;
+    t.a.direction[t.row] = heading;
+    t.a.speed[t.row] = 0.0f;
+    t.a.acceleration[t.row] = 0.0f;
+    t.a.still_in_game[t.row] = 1;
+    t.a.agent_type[t.row] = t.a.is_tagger[t.agent];
 }
 
 __device__ void start_clock(const Tag& t)
 {
-    t.timestep[t.env] = 0;
-    t.num_runners_left[t.env] = t.num_runners;
+    t.a.timestep[t.env] = 0;
+    t.a.num_runners_left[t.env] = t.a.num_runners;
 }
 
 // ---- step -------------------------------------------------------------------------
@@ -69,74 +70,74 @@ __device__ void start_clock(const Tag& t)
 __device__ void move(const Tag& t)
 {
     const long long i = t.row;
-    t.tagged_by[i] = -1;
-    t.reward[i] = 0.0f;
-    if (t.still_in_game[i] == 0) {  // spec steps 1-3 with still_in_game = 0
-        t.direction[i] = 0.0f;
-        t.speed[i] = 0.0f;
-        t.acceleration[i] = 0.0f;
+    t.a.tagged_by[i] = -1;
+    t.a.reward[i] = 0.0f;
+    if (t.a.still_in_game[i] == 0) {  // spec steps 1-3 with still_in_game = 0
+        t.a.direction[i] = 0.0f;
+        t.a.speed[i] = 0.0f;
+        t.a.acceleration[i] = 0.0f;
         return;
     }
-    const bool is_tagger = t.agent_type[i] == 1;
-    const float direction = gpusim_mod(t.direction[i] + t.turn_table[t.actions[2 * i + 1]], TAG_TWO_PI);
-    float acceleration = t.acceleration[i] + t.acc_table[t.actions[2 * i]];
-    const float vmax = is_tagger ? t.vmax_tagger : t.vmax_runner;
-    const float speed = gpusim_min(gpusim_max(t.speed[i] + acceleration, 0.0f), vmax);
+    const bool is_tagger = t.a.agent_type[i] == 1;
+    const float direction = gpusim_mod(t.a.direction[i] + t.a.turn_table[t.a.actions[2 * i + 1]], TAG_TWO_PI);
+    float acceleration = t.a.acceleration[i] + t.a.acc_table[t.a.actions[2 * i]];
+    const float vmax = is_tagger ? t.a.vmax_tagger : t.a.vmax_runner;
+    const float speed = gpusim_min(gpusim_max(t.a.speed[i] + acceleration, 0.0f), vmax);
     if (!(0.0f < speed && speed < vmax))
         acceleration = 0.0f;
-    float x = t.loc_x[i] + speed * cosf(direction);
-    float y = t.loc_y[i] + speed * sinf(direction);
-    float reward = is_tagger ? t.step_reward_tagger : t.step_reward_runner;
-    if (x < 0.0f || x > t.grid_length || y < 0.0f || y > t.grid_length) {
-        reward += t.edge_hit_penalty;
-        x = gpusim_min(gpusim_max(x, 0.0f), t.grid_length);
-        y = gpusim_min(gpusim_max(y, 0.0f), t.grid_length);
+    float x = t.a.loc_x[i] + speed * cosf(direction);
+    float y = t.a.loc_y[i] + speed * sinf(direction);
+    float reward = is_tagger ? t.a.step_reward_tagger : t.a.step_reward_runner;
+    if (x < 0.0f || x > t.a.grid_length || y < 0.0f || y > t.a.grid_length) {
+        reward += t.a.edge_hit_penalty;
+        x = gpusim_min(gpusim_max(x, 0.0f), t.a.grid_length);
+        y = gpusim_min(gpusim_max(y, 0.0f), t.a.grid_length);
     }
-    t.direction[i] = direction;
-    t.acceleration[i] = acceleration;
-    t.speed[i] = speed;
-    t.loc_x[i] = x;
-    t.loc_y[i] = y;
-    t.reward[i] = reward;
+    t.a.direction[i] = direction;
+    t.a.acceleration[i] = acceleration;
+    t.a.speed[i] = speed;
+    t.a.loc_x[i] = x;
+    t.a.loc_y[i] = y;
+    t.a.reward[i] = reward;
 }
 
 __device__ void tick(const Tag& t)
 {
-    t.timestep[t.env] += 1;
+    t.a.timestep[t.env] += 1;
 }
 
 __device__ float squared_distance(const Tag& t, int a, int b)
 {
-    const float dx = t.loc_x[t.base + b] - t.loc_x[t.base + a];
-    const float dy = t.loc_y[t.base + b] - t.loc_y[t.base + a];
+    const float dx = t.a.loc_x[t.base + b] - t.a.loc_x[t.base + a];
+    const float dy = t.a.loc_y[t.base + b] - t.a.loc_y[t.base + a];
     return dx * dx + dy * dy;
 }
 
 // Neighbour `other` as column `column` of the seven feature blocks.
 __device__ void write_features(const Tag& t, int other, int column)
 {
-    float* row = t.obs + t.row * t.obs_dim;
+    float* row = t.a.obs + t.row * t.obs_dim;
     const long long i = t.row;
     const long long j = t.base + other;
     const int w = t.width;
-    row[column] = (t.loc_x[j] - t.loc_x[i]) / t.position_scale;
-    row[w + column] = (t.loc_y[j] - t.loc_y[i]) / t.position_scale;
-    row[2 * w + column] = (t.speed[j] - t.speed[i]) / t.speed_scale;
-    row[3 * w + column] = (t.acceleration[j] - t.acceleration[i]) / t.speed_scale;
-    row[4 * w + column] = (t.direction[j] - t.direction[i]) / TAG_TWO_PI;
-    row[5 * w + column] = (float)t.agent_type[j];
-    row[6 * w + column] = (float)t.still_in_game[j];
+    row[column] = (t.a.loc_x[j] - t.a.loc_x[i]) / t.a.position_scale;
+    row[w + column] = (t.a.loc_y[j] - t.a.loc_y[i]) / t.a.position_scale;
+    row[2 * w + column] = (t.a.speed[j] - t.a.speed[i]) / t.a.speed_scale;
+    row[3 * w + column] = (t.a.acceleration[j] - t.a.acceleration[i]) / t.a.speed_scale;
+    row[4 * w + column] = (t.a.direction[j] - t.a.direction[i]) / TAG_TWO_PI;
+    row[5 * w + column] = (float)t.a.agent_type[j];
+    row[6 * w + column] = (float)t.a.still_in_game[j];
 }
 
 // An upper bound on the K-th smallest squared distance, or infinity: last
 // step's K neighbours, if all are still in the game, are K candidates.
 __device__ float previous_bound(const Tag& t)
 {
-    const int* idx = t.nbr_idx + t.row * t.num_observed;
+    const int* idx = t.a.nbr_idx + t.row * t.a.num_observed;
     float bound = 0.0f;
-    for (int k = 0; k < t.num_observed; ++k) {
+    for (int k = 0; k < t.a.num_observed; ++k) {
         const int other = idx[k];
-        if (other < 0 || other == t.agent || t.still_in_game[t.base + other] == 0)
+        if (other < 0 || other == t.agent || t.a.still_in_game[t.base + other] == 0)
             return INFINITY;
         bound = gpusim_max(bound, squared_distance(t, t.agent, other));
     }
@@ -148,14 +149,14 @@ __device__ float previous_bound(const Tag& t)
 // current K-th never displaces it; the bound screens out most candidates.
 __device__ int nearest_in_game(const Tag& t)
 {
-    const int k_max = t.num_observed;
-    int* idx = t.nbr_idx + t.row * k_max;
-    float* dist = t.nbr_dist + t.row * k_max;
+    const int k_max = t.a.num_observed;
+    int* idx = t.a.nbr_idx + t.row * k_max;
+    float* dist = t.a.nbr_dist + t.row * k_max;
     float screen = previous_bound(t);
     int count = 0;
     float worst = INFINITY;  // distance of the K-th entry once the list is full
     for (int other = 0; other < t.num_agents; ++other) {
-        if (other == t.agent || t.still_in_game[t.base + other] == 0)
+        if (other == t.agent || t.a.still_in_game[t.base + other] == 0)
             continue;
         const float d_sq = squared_distance(t, t.agent, other);
         if (d_sq > screen)
@@ -190,13 +191,13 @@ __device__ int nearest_in_game(const Tag& t)
 // Spec observation, from the state after moves and before tagging.
 __device__ void observe(const Tag& t)
 {
-    float* row = t.obs + t.row * t.obs_dim;
-    if (t.still_in_game[t.row] == 0) {
+    float* row = t.a.obs + t.row * t.obs_dim;
+    if (t.a.still_in_game[t.row] == 0) {
         for (int k = 0; k < t.obs_dim; ++k)
             row[k] = 0.0f;
         return;
     }
-    if (t.full_observation) {
+    if (t.a.full_observation) {
         int column = 0;
         for (int other = 0; other < t.num_agents; ++other) {
             if (other != t.agent) {
@@ -206,14 +207,14 @@ __device__ void observe(const Tag& t)
         }
     } else {
         const int count = nearest_in_game(t);
-        const int* idx = t.nbr_idx + t.row * t.num_observed;
+        const int* idx = t.a.nbr_idx + t.row * t.a.num_observed;
         for (int column = 0; column < count; ++column)
             write_features(t, idx[column], column);
         for (int column = count; column < t.width; ++column)
             for (int f = 0; f < TAG_FEATURES; ++f)
                 row[f * t.width + column] = 0.0f;
     }
-    row[t.obs_dim - 1] = (float)t.timestep[t.env] / t.episode_length_f;
+    row[t.obs_dim - 1] = (float)t.a.timestep[t.env] / t.a.episode_length_f;
 }
 
 // Each runner in the game checks its nearest tagger (ties to the lower id) and
@@ -221,23 +222,23 @@ __device__ void observe(const Tag& t)
 __device__ void tag_runners(const Tag& t)
 {
     const long long i = t.row;
-    if (t.agent_type[i] == 1 || t.still_in_game[i] == 0)
+    if (t.a.agent_type[i] == 1 || t.a.still_in_game[i] == 0)
         return;
     int nearest = -1;
     float nearest_d = INFINITY;
     for (int k = 0; k < t.num_taggers; ++k) {  // increasing ids
-        const int other = t.tagger_ids[k];
+        const int other = t.a.tagger_ids[k];
         const float d = sqrtf(squared_distance(t, t.agent, other));
         if (d < nearest_d) {
             nearest_d = d;
             nearest = other;
         }
     }
-    if (nearest >= 0 && nearest_d < t.tag_radius) {
-        t.reward[i] += t.tag_penalty_for_runner;
-        t.tagged_by[i] = nearest;
-        if (t.runner_exits)
-            t.still_in_game[i] = 0;
+    if (nearest >= 0 && nearest_d < t.a.tag_radius) {
+        t.a.reward[i] += t.a.tag_penalty_for_runner;
+        t.a.tagged_by[i] = nearest;
+        if (t.a.runner_exits)
+            t.a.still_in_game[i] = 0;
     }
 }
 
@@ -245,27 +246,27 @@ __device__ void tag_runners(const Tag& t)
 __device__ void score(const Tag& t)
 {
     const long long i = t.row;
-    if (t.agent_type[i] == 1) {
+    if (t.a.agent_type[i] == 1) {
         int tags = 0;
         for (int other = 0; other < t.num_agents; ++other)
-            if (t.tagged_by[t.base + other] == t.agent)
+            if (t.a.tagged_by[t.base + other] == t.agent)
                 tags += 1;
-        t.reward[i] += (float)tags * t.tag_reward_for_tagger;
-    } else if (t.still_in_game[i] == 1 && t.timestep[t.env] == t.episode_length) {
-        t.reward[i] += t.end_of_game_reward_for_runner;
+        t.a.reward[i] += (float)tags * t.a.tag_reward_for_tagger;
+    } else if (t.a.still_in_game[i] == 1 && t.a.timestep[t.env] == t.a.episode_length) {
+        t.a.reward[i] += t.a.end_of_game_reward_for_runner;
     }
 }
 
 __device__ void finish(const Tag& t)
 {
-    if (t.runner_exits) {
+    if (t.a.runner_exits) {
         for (int other = 0; other < t.num_agents; ++other)
-            if (t.tagged_by[t.base + other] >= 0)
-                t.num_runners_left[t.env] -= 1;
+            if (t.a.tagged_by[t.base + other] >= 0)
+                t.a.num_runners_left[t.env] -= 1;
     }
-    const bool terminated = t.num_runners_left[t.env] == 0;
-    t.terminated[t.env] = terminated;
-    t.truncated[t.env] = !terminated && t.timestep[t.env] >= t.episode_length;
+    const bool terminated = t.a.num_runners_left[t.env] == 0;
+    t.a.terminated[t.env] = terminated;
+    t.a.truncated[t.env] = !terminated && t.a.timestep[t.env] >= t.a.episode_length;
 }
 
 // The reset phases, barrier after each: spawn_agent, start_clock, observe.
@@ -282,17 +283,17 @@ __device__ void reset_replica(const Tag& t)
 
 __device__ Tag bind(const GpusimEnvArgs& args)
 {
-    Tag t;
-    static_cast<GpusimEnvArgs&>(t) = args;
-    t.env = gpusim_replica();
-    t.agent = gpusim_agent();
-    t.num_agents = gpusim_num_agents();
-    t.num_taggers = t.num_agents - t.num_runners;
-    t.width = t.full_observation ? t.num_agents - 1 : t.num_observed;
-    t.obs_dim = TAG_FEATURES * t.width + 1;
-    t.base = (long long)t.env * t.num_agents;
-    t.row = gpusim_row();
-    return t;
+    const int num_agents = gpusim_num_agents();
+    const int width = args.full_observation ? num_agents - 1 : args.num_observed;
+    return Tag{args,
+               gpusim_replica(),
+               gpusim_agent(),
+               num_agents,
+               num_agents - args.num_runners,
+               width,
+               TAG_FEATURES * width + 1,
+               (long long)gpusim_replica() * num_agents,
+               gpusim_row()};
 }
 
 }  // namespace tag
@@ -300,7 +301,8 @@ __device__ Tag bind(const GpusimEnvArgs& args)
 // Draw a fresh initial state in every replica.
 extern "C" __global__ void __launch_bounds__(1024) tag_continuous_reset(GPUSIM_ENV_PARAMS)
 {
-    const tag::Tag t = tag::bind(GPUSIM_ENV_ARGS);
+    GPUSIM_SHARED_ENV_ARGS(args);
+    const tag::Tag t = tag::bind(args);
     tag::reset_replica(t);
 }
 
@@ -308,7 +310,8 @@ extern "C" __global__ void __launch_bounds__(1024) tag_continuous_reset(GPUSIM_E
 // (their last observation is kept in final_obs).
 extern "C" __global__ void __launch_bounds__(1024) tag_continuous_step(GPUSIM_ENV_PARAMS)
 {
-    const tag::Tag t = tag::bind(GPUSIM_ENV_ARGS);
+    GPUSIM_SHARED_ENV_ARGS(args);
+    const tag::Tag t = tag::bind(args);
     tag::move(t);
     __syncthreads();
     if (t.agent == 0)
@@ -323,5 +326,5 @@ extern "C" __global__ void __launch_bounds__(1024) tag_continuous_step(GPUSIM_EN
     if (t.agent == 0)
         tag::finish(t);
     __syncthreads();
-    gpusim_auto_reset(t, t.obs_dim, [&] { tag::reset_replica(t); });
+    gpusim_auto_reset(t.a, t.obs_dim, [&] { tag::reset_replica(t); });
 }

@@ -16,7 +16,7 @@ import importlib
 import os
 import sys
 
-from gpusim.backends.base import Backend, Kernel, set_build_once
+from gpusim.backends.base import Backend, Kernel, is_resource_error, set_build_once
 from gpusim.errors import BackendError
 
 _BACKEND_CLASSES = {  # name -> "module:class"; each class checks that it can run here
@@ -30,17 +30,12 @@ BACKEND_NAMES = ("auto", *_BACKEND_CLASSES)
 
 
 def cuda_works() -> tuple[bool, str]:
-    """Whether numba can launch on a CUDA GPU here, and why not if it cannot."""
-    try:
-        from numba import cuda
-        if not cuda.is_available():
-            return False, "no CUDA GPU or driver found"
-        import torch
-        if not torch.cuda.is_available():
-            return False, "torch was built without CUDA or sees no GPU"
-        return True, "CUDA GPU found"
-    except Exception as exc:  # a broken driver install is still "no GPU"
-        return False, f"CUDA unusable ({type(exc).__name__}: {exc})"
+    """Whether numba can compile and launch on a CUDA GPU here, and why not if it cannot
+    (one line naming what to install)."""
+    from gpusim.backends.probe import numba_problem
+    problem = numba_problem()
+    return (True, "CUDA GPU found, numba compiles and launches") if problem is None \
+        else (False, problem)
 
 
 def get_backend(name: str = "auto", device_index: int = 0, quiet: bool = False) -> Backend:
@@ -93,4 +88,4 @@ def check_process_count(name: str, num_procs: int, oversubscribe: bool = False):
 
 
 __all__ = ["Backend", "Kernel", "BACKEND_NAMES", "get_backend", "cuda_works",
-           "check_process_count", "set_build_once", "usable_cores"]
+           "check_process_count", "is_resource_error", "set_build_once", "usable_cores"]

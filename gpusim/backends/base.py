@@ -23,6 +23,53 @@ def set_build_once(hook: BuildOnce | None):
     _build_once = hook
 
 
+def build_once(event: str, build: Callable[[], T]) -> T:
+    """`build()`, once per run: through the hook of `set_build_once` where one is installed."""
+    return build() if _build_once is None else _build_once(event, build)
+
+
+# What "too big for this device" says, whichever binding raised it: torch, numba
+# (CudaAPIError), numba-cuda 0.30 through cuda.core (CUDAError), cuda-bindings
+# (CUresult names, in our BackendError), pycuda (LaunchError, MemoryError).
+RESOURCE_ERRORS = ("CUDA_ERROR_OUT_OF_MEMORY", "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
+                   "out of memory", "too many resources requested",
+                   "did not have appropriate resources", "can't allocate memory",
+                   "cannot allocate memory")
+RESOURCE_CODES = (2, 701)  # CUDA_ERROR_OUT_OF_MEMORY, CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES
+# exception classes (by name, anywhere in the MRO: the bindings need not import here)
+# whose message or code is read
+DRIVER_ERRORS = {"RuntimeError", "CudaAPIError", "CudaDriverError", "CudaSupportError",
+                 "CUDAError", "LaunchError", "BackendError", "Error", "OutOfMemoryError"}
+
+
+def is_resource_error(exc: BaseException) -> bool:
+    """Whether `exc`, or an exception it was raised from, means out of memory or out of
+    launch resources (auto-scaling counts it as a failed trial, not an abort)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if _says_resources(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _says_resources(exc: BaseException) -> bool:
+    if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
+        return True
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if names.isdisjoint(DRIVER_ERRORS) and "MemoryError" not in names:
+        return False
+    try:  # numba's CudaAPIError: an int or a CUresult
+        code = int(getattr(exc, "code", -1))
+    except (TypeError, ValueError):
+        code = -1
+    if code in RESOURCE_CODES:
+        return True
+    text = str(exc).lower()
+    return any(phrase.lower() in text for phrase in RESOURCE_ERRORS)
+
+
 def meminfo_bytes(field: str) -> int:
     """A field of Linux's /proc/meminfo, in bytes."""
     try:
@@ -101,10 +148,8 @@ class Backend:
         """
         key = (type(self).__name__, spec)
         if key not in Backend._compiled:
-            def build():
-                return self._build(spec, s, p)
-            Backend._compiled[key] = (build() if _build_once is None else
-                                      _build_once(f"compile {self.name} {spec.name}", build))
+            Backend._compiled[key] = build_once(f"compile {self.name} {spec.name}",
+                                                lambda: self._build(spec, s, p))
         return Backend._compiled[key]
 
     def _build(self, spec: kernels.KernelSpec, s, p) -> Kernel:
@@ -127,12 +172,7 @@ class Backend:
 
         Auto-scaling counts these as a failed trial and goes on; anything else aborts.
         """
-        if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
-            return True
-        text = str(exc).lower()
-        return isinstance(exc, RuntimeError) and any(
-            phrase in text for phrase in ("out of memory", "can't allocate memory",
-                                          "cannot allocate memory"))
+        return is_resource_error(exc)
 
     def free_memory(self):
         """Return cached allocations to the device after a failed trial."""

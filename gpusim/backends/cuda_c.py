@@ -291,22 +291,27 @@ def _c_type_of(dtype) -> str:
 
 # ---- compilers ------------------------------------------------------------------------------
 COMPILER_VARIABLE = "GPUSIM_CUDA_COMPILER"  # nvrtc or nvcc; default: NVRTC where it imports
-INSTALL_COMPILER = ("install NVRTC with `pip install gpusim[cuda]` (wheels, no toolkit), or "
+INSTALL_COMPILER = ("install NVRTC with `pip install gpusim[cuda12]` or `gpusim[cuda13]` (the driver's CUDA major) (wheels, no toolkit), or "
                     "the CUDA toolkit for nvcc")
 
 
-def find_nvcc() -> str | None:
-    """nvcc on PATH, else under $CUDA_HOME or $CUDA_PATH, else in the toolkit's default prefix."""
-    found = shutil.which("nvcc")
+def find_tool(name: str) -> str | None:
+    """A CUDA toolkit program (nvcc, ptxas) on PATH, else under $CUDA_HOME or $CUDA_PATH,
+    else in the toolkit's default prefix."""
+    found = shutil.which(name)
     if found:
         return found
     prefixes = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"),
                 os.path.join(os.sep, "usr", "local", "cuda")]
     for prefix in filter(None, prefixes):
-        candidate = Path(prefix) / "bin" / "nvcc"
+        candidate = Path(prefix) / "bin" / name
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return str(candidate)
     return None
+
+
+def find_nvcc() -> str | None:
+    return find_tool("nvcc")
 
 
 @functools.lru_cache(maxsize=None)
@@ -347,11 +352,15 @@ class Nvcc:
 
 
 class Nvrtc:
-    """NVIDIA's runtime compiler, through the `cuda-bindings` wheels: no toolkit needed."""
+    """NVIDIA's runtime compiler, through the `cuda-bindings` wheels: no toolkit needed; or,
+    with `library`, one libnvrtc of any CUDA major loaded directly (`NvrtcLibrary`)."""
     name = "nvrtc"
 
-    def __init__(self):
-        from cuda.bindings import nvrtc  # ImportError: not installed
+    def __init__(self, library: str | None = None):
+        if library is None:
+            from cuda.bindings import nvrtc  # ImportError: not installed
+        else:
+            nvrtc = NvrtcLibrary(library)
         self.nvrtc = nvrtc
         self.identity()  # the NVRTC library itself must load too
 
@@ -363,7 +372,8 @@ class Nvrtc:
         error, *values = result
         if error != self.nvrtc.nvrtcResult.NVRTC_SUCCESS:
             log = self._log(program) if program is not None else ""
-            raise BackendError(f"NVRTC {what} failed ({error.name}){':' if log else ''}\n{log}"
+            raise BackendError(f"NVRTC {what} failed ({getattr(error, 'name', error)})"
+                               f"{':' if log else ''}\n{log}"
                                .rstrip())
         return values
 
@@ -374,10 +384,16 @@ class Nvrtc:
         return log.decode(errors="replace").rstrip("\x00 \n")
 
     def compile(self, source: Path, dirs: list, arch: str, output: str) -> bytes:
+        return self.compile_with_log(source, dirs, arch, output)[0]
+
+    def compile_with_log(self, source: Path, dirs: list, arch: str, output: str,
+                         options: tuple = ()) -> tuple[bytes, str]:
+        """(the image, NVRTC's log) of `source` for `arch`; `options` are added (e.g.
+        `--ptxas-options=-v` for a cubin: the log then holds registers and spills)."""
         nvrtc = self.nvrtc
         target = arch if output == "cubin" else arch.replace("sm_", "compute_")
         options = [f"--gpu-architecture={target}", *NVCC_FLAGS, "--std=c++17",
-                   *(f"--include-path={d}" for d in dirs)]
+                   *(f"--include-path={d}" for d in dirs), *options]
         (program,) = self._checked(nvrtc.nvrtcCreateProgram(
             source.read_bytes(), source.name.encode(), 0, [], []), "create")
         try:
@@ -391,9 +407,85 @@ class Nvrtc:
             (size,) = self._checked(get_size(program), f"{output} size")
             image = b" " * size
             self._checked(get(program, image), output)
-            return image
+            return image, self._log(program)
         finally:
             nvrtc.nvrtcDestroyProgram(program)
+
+
+class NvrtcLibrary:
+    """The few NVRTC calls `Nvrtc` makes, with cuda-bindings' calling convention (a tuple of
+    the result, then the values), on a libnvrtc loaded by path through ctypes: NVRTC 12 and
+    13 side by side in one environment (cuda-bindings loads only its own major)."""
+
+    class nvrtcResult:  # noqa: N801 (cuda-bindings' name)
+        NVRTC_SUCCESS = 0
+
+    def __init__(self, path: str):
+        self.lib = ctypes.CDLL(path)
+
+    def _call(self, name: str, *args):
+        return getattr(self.lib, name)(*args)
+
+    def nvrtcVersion(self):  # noqa: N802
+        major, minor = ctypes.c_int(), ctypes.c_int()
+        return self._call("nvrtcVersion", ctypes.byref(major), ctypes.byref(minor)), \
+            major.value, minor.value
+
+    def nvrtcCreateProgram(self, source, name, count, headers, include_names):  # noqa: N802
+        program = ctypes.c_void_p()
+        return self._call("nvrtcCreateProgram", ctypes.byref(program), source, name, 0, None,
+                          None), program
+
+    def nvrtcCompileProgram(self, program, count, options):  # noqa: N802
+        array = (ctypes.c_char_p * count)(*options)
+        return (self._call("nvrtcCompileProgram", program, count, array),)
+
+    def _size(self, name, program):
+        size = ctypes.c_size_t()
+        return self._call(name, program, ctypes.byref(size)), size.value
+
+    def _get(self, name, program, buffer: bytes):
+        out = ctypes.create_string_buffer(len(buffer))
+        result = self._call(name, program, out)
+        ctypes.memmove(buffer, out, len(buffer))  # into the caller's buffer, as cuda-bindings
+        return (result,)
+
+    def nvrtcGetProgramLogSize(self, program):  # noqa: N802
+        return self._size("nvrtcGetProgramLogSize", program)
+
+    def nvrtcGetProgramLog(self, program, buffer):  # noqa: N802
+        return self._get("nvrtcGetProgramLog", program, buffer)
+
+    def nvrtcGetPTXSize(self, program):  # noqa: N802
+        return self._size("nvrtcGetPTXSize", program)
+
+    def nvrtcGetPTX(self, program, buffer):  # noqa: N802
+        return self._get("nvrtcGetPTX", program, buffer)
+
+    def nvrtcGetCUBINSize(self, program):  # noqa: N802
+        return self._size("nvrtcGetCUBINSize", program)
+
+    def nvrtcGetCUBIN(self, program, buffer):  # noqa: N802
+        return self._get("nvrtcGetCUBIN", program, buffer)
+
+    def nvrtcDestroyProgram(self, program):  # noqa: N802
+        return (self._call("nvrtcDestroyProgram", ctypes.byref(program)),)
+
+
+def nvrtc_libraries() -> dict:
+    """{CUDA major: path} of the libnvrtc that NVIDIA's wheels installed (nvidia-cuda-nvrtc-cu12
+    in nvidia/cuda_nvrtc, nvidia-cuda-nvrtc 13 in nvidia/cu13), newest file per major."""
+    try:
+        import nvidia
+    except ImportError:
+        return {}
+    found = {}
+    for root in map(Path, getattr(nvidia, "__path__", [])):
+        for path in sorted(root.glob("*/lib/libnvrtc.so.*")):
+            suffix = path.name.removeprefix("libnvrtc.so.")
+            if suffix.isdigit():
+                found[int(suffix)] = str(path)
+    return found
 
 
 def find_compiler(choice: str | None = None):

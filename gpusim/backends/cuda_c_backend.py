@@ -30,7 +30,7 @@ from gpusim.backends.cuda_c import (C_CTYPES, TensorPointer, build, find_compile
                                     launch_signature, locate)
 from gpusim.errors import BackendError
 
-INSTALL_HINT = ("install `pip install gpusim[cuda]` (NVRTC and the CUDA driver API from "
+INSTALL_HINT = ("install `pip install gpusim[cuda12]` or `gpusim[cuda13]` (the driver's CUDA major) (NVRTC and the CUDA driver API from "
                 "wheels) or `pip install gpusim[pycuda]`")
 
 
@@ -62,9 +62,9 @@ class PyCUDADriver:
             self.drv.Context.pop()
 
     def prepare(self, kernel, params, struct_format: str):
-        kernel.prepare(struct_format)
+        kernel.prepare(struct_format)  # pycuda packs the arguments from then on
 
-    def launch(self, kernel, grid: int, block: int, params, args):
+    def launch(self, kernel, grid: int, block: int, prepared, args):
         current = torch.cuda.current_stream(self.device)
         elsewhere = current.cuda_stream != 0  # 0: the legacy default stream pycuda uses
         if elsewhere:
@@ -77,9 +77,6 @@ class PyCUDADriver:
             self.drv.Context.pop()
         if elsewhere:
             current.wait_stream(default)
-
-    def is_resource_error(self, exc) -> bool:
-        return isinstance(exc, (self.drv.LaunchError, self.drv.MemoryError))
 
 
 class CudaBindingsDriver:
@@ -94,6 +91,7 @@ class CudaBindingsDriver:
         # torch works in the device's primary context: retain and use the same one
         (self.context,) = self._call(driver.cuDevicePrimaryCtxRetain(device), "retain context")
         self.device = torch.device("cuda", device_index)
+        self._streams = {}
 
     def _call(self, result, what: str):
         error, *values = result if isinstance(result, tuple) else (result,)
@@ -113,20 +111,19 @@ class CudaBindingsDriver:
         return (module, kernel), max_threads
 
     def prepare(self, kernel, params, struct_format: str):
-        pass
+        """The argument types of a layout, worked out once (not per launch)."""
+        return tuple(ctypes.c_void_p if p.pointer else C_CTYPES[p.ctype] for p in params)
 
-    def launch(self, kernel, grid: int, block: int, params, args):
+    def launch(self, kernel, grid: int, block: int, types, args):
         driver = self.driver
         self._call(driver.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
-        types = tuple(ctypes.c_void_p if p.pointer else C_CTYPES[p.ctype] for p in params)
-        values = tuple(int(a) if p.pointer else a for p, a in zip(params, args))
-        stream = driver.CUstream(torch.cuda.current_stream(self.device).cuda_stream)
-        self._call(driver.cuLaunchKernel(kernel[1], grid, 1, 1, block, 1, 1, 0, stream,
-                                         (values, types), 0), "cuLaunchKernel")
-
-    def is_resource_error(self, exc) -> bool:
-        return isinstance(exc, BackendError) and any(
-            word in str(exc) for word in ("OUT_OF_MEMORY", "OUT_OF_RESOURCES"))
+        values = tuple(int(a) if t is ctypes.c_void_p else a for t, a in zip(types, args))
+        handle = torch.cuda.current_stream(self.device).cuda_stream
+        if handle not in self._streams:  # one driver stream object per torch stream
+            self._streams[handle] = driver.CUstream(handle)
+        self._call(driver.cuLaunchKernel(kernel[1], grid, 1, 1, block, 1, 1, 0,
+                                         self._streams[handle], (values, types), 0),
+                   "cuLaunchKernel")
 
 
 def find_driver(device_index: int):
@@ -165,9 +162,6 @@ class CudaCBackend(CUDADeviceBackend):
     def view(self, tensor):
         return TensorPointer(tensor.detach())
 
-    def is_resource_error(self, exc):
-        return self.driver.is_resource_error(exc) or super().is_resource_error(exc)
-
     def _compile(self, spec):
         return CudaCKernel(self, *locate(spec), spec.name)
 
@@ -180,7 +174,7 @@ class CudaCKernel(Kernel):
         self.source = source
         self.function = function
         self.what = what
-        self.loaded = {}  # (type(s), type(p)) -> (kernel, params, max_threads)
+        self.loaded = {}  # (type(s), type(p)) -> (kernel, its driver's prepared arguments, max_threads)
 
     def precompile(self, s, p):
         backend = self.backend
@@ -188,15 +182,15 @@ class CudaCKernel(Kernel):
                                                          self.what)
         image = build(backend.compiler, self.source, header, backend.arch)
         kernel, max_threads = backend.driver.load(image, self.function)
-        backend.driver.prepare(kernel, params, struct_format)
-        self.loaded[(type(s), type(p))] = (kernel, params, max_threads)
+        prepared = backend.driver.prepare(kernel, params, struct_format)
+        self.loaded[(type(s), type(p))] = (kernel, prepared, max_threads)
 
     def __call__(self, num_envs, num_agents, s, p):
         if (type(s), type(p)) not in self.loaded:
             self.precompile(s, p)
-        kernel, params, max_threads = self.loaded[(type(s), type(p))]
+        kernel, prepared, max_threads = self.loaded[(type(s), type(p))]
         if num_agents > max_threads:
             raise BackendError(f"CUDA C kernel {self.function} ({self.source.name}) runs at "
                                f"most {max_threads} agents per replica on this GPU, "
                                f"got {num_agents}")
-        self.backend.driver.launch(kernel, int(num_envs), int(num_agents), params, (*s, *p))
+        self.backend.driver.launch(kernel, int(num_envs), int(num_agents), prepared, (*s, *p))

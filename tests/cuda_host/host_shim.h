@@ -3,6 +3,7 @@
 //
 // Include it before the kernel source (g++ -std=c++20 -pthread -x c++):
 // __global__ / __device__ / __forceinline__ / __launch_bounds__ compile away,
+// __shared__ variables are statics (the blocks run one after another),
 // threadIdx / blockIdx / blockDim / gridDim are thread-local, and
 // __syncthreads() is a std::barrier over the threads of the running block.
 // gpusim_host::launch() runs the blocks one after another, each with one
@@ -22,6 +23,8 @@
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
+// blocks run one after another, so one static per kernel is the block's shared memory
+#define __shared__ static
 
 struct gpusim_host_dim3 {
     unsigned int x, y, z;

@@ -1,0 +1,248 @@
+"""One command that proves the GPU path, writing a Markdown table and JSON.
+
+    python benchmarks/gpu_proof.py --out proof/          # on a GPU: about 9 minutes on an H100
+    python benchmarks/gpu_proof.py --dry-run             # anywhere: every step exists and parses
+
+Steps, each in its own process under its own timeout (a hang or a crash is
+its row, not the end of the proof), each row with its wall time and the
+peak GPU memory torch allocated in it:
+- the `gpu`-marked tests;
+- env throughput of every registered env at 1k and 16k replicas on numba and cuda_c
+  (cuda_c where the env has CUDA C kernels);
+- tag_continuous with 1,024 agents per replica (24 taggers + 1,000 runners) on both backends;
+- benchmarks/train_throughput.py at 1,000 replicas: gpusim vs WarpDrive 2.7.1 where it is
+  installed, the default recipe and the auto-scaled one;
+- cartpole's training wall time on the GPU and on 2 CPU cores;
+- PPO (tag_continuous) and SAC (pendulum) with trainer.precision bf16 and fp32.
+`--dry-run` checks, without a GPU, that every step's script, env and backend
+exists and that its arguments parse (training commands resolve their whole
+config; scripts are asked for --help and must know every flag given;
+pytest collects the gpu tests; the env steps run tiny on the simulator).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import runpy
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import machine  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+GPU_TEST_FILES = ("tests/test_gpu.py", "tests/test_cuda_c_gpu.py")
+ENV_REPLICAS = (1000, 16000)
+GPU_BACKENDS = ("numba", "cuda_c")
+TAG_1024 = dict(num_taggers=24, num_runners=1000)
+
+
+@dataclass
+class Step:
+    name: str
+    kind: str  # pytest | script | train | env_throughput | tag_1024
+    args: list = field(default_factory=list)
+    timeout_s: int = 60
+    cores: int | None = None  # pin to this many CPU cores (the 2-core comparison)
+
+
+def train(*args, steps: int | None = None) -> list:
+    return ["--quiet", *args, *([] if steps is None else ["--total_steps", str(steps)])]
+
+
+STEPS = [
+    Step("gpu tests", "pytest", ["-q", "-m", "gpu", *GPU_TEST_FILES], 120),
+    Step("env throughput", "env_throughput", [], 90),
+    Step("tag_continuous 1,024 agents", "tag_1024", [], 40),
+    Step("train throughput vs WarpDrive", "script",
+         ["train_throughput.py", "--num_envs", "1000", "--iterations", "2",
+          "--auto_scale_time_limit", "60"], 200),
+    Step("cartpole, GPU", "train", train("--env", "cartpole", "--backend", "numba"), 45),
+    Step("cartpole, 2 CPU cores", "train", train("--env", "cartpole", "--backend", "cpu"), 60,
+         cores=2),
+    *(Step(f"PPO tag_continuous {p}", "train",
+           train("--env", "tag_continuous", "--set", f"trainer.precision={p}", steps=200_000), 30)
+      for p in ("bf16", "fp32")),
+    *(Step(f"SAC pendulum {p}", "train",
+           train("--env", "pendulum", "--algorithm", "sac", "--set", f"trainer.precision={p}",
+                 steps=20_000), 30) for p in ("bf16", "fp32")),
+]
+
+
+# ---- what one step does, in its own process ---------------------------------------------------
+def env_rows(name: str, backend: str, replicas: int, seconds: float, **config) -> dict:
+    """Env-steps/s of env `name` stepping zero actions (auto-reset on)."""
+    import gpusim
+    env = gpusim.make(name, replicas, backend=backend, **config)
+    env.reset()
+    actions = {policy: torch.zeros((replicas, spec.num_agents, spec.action_width),
+                                   dtype=torch.float32 if spec.continuous else torch.int32,
+                                   device=env.device)
+               for policy, spec in env.policy_specs.items()}
+    env.step(actions)
+    env.backend.synchronize()
+    steps, start = 0, time.perf_counter()
+    while steps < 3 or time.perf_counter() - start < seconds:
+        env.step(actions)
+        steps += 1
+        if steps % 50 == 0:
+            env.backend.synchronize()
+    env.backend.synchronize()
+    return dict(env=name, backend=backend, replicas=replicas, agents=env.num_agents,
+                env_steps_per_s=steps * replicas / (time.perf_counter() - start))
+
+
+def has_cuda_c(name: str) -> bool:
+    from gpusim.envs import env_class
+    cls = env_class(name)
+    return cls.cuda_c_step is not None and cls.cuda_c_reset is not None
+
+
+def run_env_throughput(dry: bool) -> list:
+    from gpusim.envs import env_names
+    if dry:  # every env's code path, tiny, on the simulator
+        return [env_rows(name, "cudasim", 1, 0.0) for name in env_names()]
+    return [env_rows(name, backend, replicas, 1.0) for name in env_names()
+            for backend in GPU_BACKENDS if backend == "numba" or has_cuda_c(name)
+            for replicas in ENV_REPLICAS]
+
+
+def run_tag_1024(dry: bool) -> list:
+    if dry:
+        return [env_rows("tag_continuous", "cudasim", 1, 0.0, num_taggers=1, num_runners=3)]
+    return [env_rows("tag_continuous", backend, 64, 1.0, **TAG_1024) for backend in GPU_BACKENDS]
+
+
+def run_script(args: list, dry: bool) -> list:
+    script = HERE / args[0]
+    if dry:
+        help_text = subprocess.run([sys.executable, str(script), "--help"], capture_output=True,
+                                   text=True, check=True).stdout
+        unknown = [a for a in args[1:] if a.startswith("--") and a not in help_text]
+        if unknown:
+            raise SystemExit(f"{script.name} does not take {', '.join(unknown)}")
+        return []
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        sys.argv = [str(script), *args[1:], "--json", out.name]
+        try:
+            runpy.run_path(str(script), run_name="__main__")
+        except SystemExit as exc:
+            if exc.code:
+                raise
+        return json.loads(Path(out.name).read_text())
+
+
+def run_train(args: list, dry: bool) -> list:
+    from gpusim.training import cli
+    with tempfile.TemporaryDirectory(prefix="gpu-proof-") as runs:
+        argv = [*args, "--results_dir", runs]
+        if dry:
+            cli.resolve_config(cli.parse_args(argv))
+            return []
+        code = cli.main(argv)
+        if code:
+            raise SystemExit(f"gpusim.train exited {code}")
+        metrics = sorted(Path(runs).rglob("metrics.jsonl"))
+        last = json.loads(metrics[-1].read_text().splitlines()[-1]) if metrics else {}
+    return [{key: value for key, value in last.items()
+             if key in ("env_steps", "time_s", "env_steps_per_s")
+             or key.startswith("episode_return/")}]
+
+
+def run_pytest(args: list, dry: bool) -> list:
+    import pytest
+    code = pytest.main(["--co", *args] if dry else args)
+    if code not in (0, 5 if dry else 0):
+        raise SystemExit(f"pytest exited {code}")
+    return []
+
+
+RUNNERS = {"pytest": run_pytest, "script": run_script, "train": run_train,
+           "env_throughput": lambda args, dry: run_env_throughput(dry),
+           "tag_1024": lambda args, dry: run_tag_1024(dry)}
+
+
+def run_step(step: Step, dry: bool) -> dict:
+    """Run one step here; its rows, wall time and peak GPU memory."""
+    if step.cores and not dry and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:step.cores])
+    os.chdir(ROOT)
+    start = time.perf_counter()
+    rows = RUNNERS[step.kind](step.args, dry)
+    peak = torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None
+    return dict(rows=rows, wall_s=time.perf_counter() - start, peak_gpu_bytes=peak)
+
+
+# ---- the proof: every step in its own process ----------------------------------------------------
+def launch(step: Step, dry: bool, logs: Path) -> dict:
+    index = STEPS.index(step)
+    result = logs / f"step{index}.json"
+    command = [sys.executable, str(Path(__file__).resolve()), "--step", str(index),
+               "--result", str(result)] + (["--dry-run"] if dry else [])
+    with open(logs / f"step{index}.log", "w") as log:
+        try:
+            run = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT,
+                                 timeout=step.timeout_s, cwd=ROOT)
+            status = "ok" if run.returncode == 0 else f"failed (exit {run.returncode})"
+        except subprocess.TimeoutExpired:
+            status = f"timed out after {step.timeout_s} s"
+    outcome = json.loads(result.read_text()) if result.is_file() else {}
+    return dict(step=step.name, status=status, **outcome, log=str(logs / f"step{index}.log"))
+
+
+def markdown(results: list, dry: bool) -> str:
+    lines = [f"machine: {machine()}", "", "| step | status | wall s | peak GPU memory | result |",
+             "|---|---|---|---|---|"]
+    for r in results:
+        peak = r.get("peak_gpu_bytes")
+        memory = f"{peak / 2**30:.2f} GiB" if peak else "-"
+        wall = f"{r['wall_s']:.1f}" if "wall_s" in r else "-"
+        summary = "; ".join(", ".join(f"{k}={v:,.0f}" if isinstance(v, float) else f"{k}={v}"
+                                      for k, v in row.items()) for row in r.get("rows", [])[:8])
+        lines.append(f"| {r['step']} | {r['status']} | {wall} | {memory} | {summary or '-'} |")
+    if dry:
+        lines.append("\n(dry run: arguments parsed, env code paths run tiny on the simulator)")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dry-run", action="store_true",
+                        help="check every step exists and parses its arguments (no GPU needed)")
+    parser.add_argument("--out", default="gpu_proof", help="directory for proof.md, proof.json "
+                                                            "and each step's log")
+    parser.add_argument("--step", type=int, help=argparse.SUPPRESS)  # run one step (internal)
+    parser.add_argument("--result", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.step is not None:
+        Path(args.result).write_text(json.dumps(run_step(STEPS[args.step], args.dry_run)))
+        return 0
+    if not args.dry_run and not torch.cuda.is_available():
+        print("error: gpu_proof needs a CUDA GPU (torch sees none); use --dry-run to check the "
+              "steps here", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = []
+    for step in STEPS:
+        results.append(launch(step, args.dry_run, out))
+        print(f"{step.name}: {results[-1]['status']}", flush=True)
+    table = markdown(results, args.dry_run)
+    (out / "proof.md").write_text(table + "\n")
+    (out / "proof.json").write_text(json.dumps(
+        dict(machine=machine(), dry_run=args.dry_run, steps=[asdict(s) for s in STEPS],
+             results=results), indent=1))
+    print(table)
+    return 0 if all(r["status"] == "ok" for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

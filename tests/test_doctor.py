@@ -1,0 +1,61 @@
+"""`python -m gpusim.doctor` on this machine: it runs, exits 0, and its rows make sense
+(a CPU-only machine says so; the table and --json say the same)."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from gpusim import doctor
+
+
+def run_doctor(*args):
+    return subprocess.run([sys.executable, "-m", "gpusim.doctor", *args], capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def report():
+    run = run_doctor("--json")
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout)
+
+
+def test_json_has_every_row_a_gpu_user_needs(report):
+    for label in ("GPUs", "driver CUDA version", "torch", "numba CUDA target", "NVVM", "NVRTC",
+                  "cuda-bindings", "pycuda", "install for this driver", "summary",
+                  *(f"backend {name}" for name in doctor.BACKENDS)):
+        assert report[label] and "\n" not in report[label], label
+    assert report["backend cpu"] == "works"
+
+
+def test_a_cpu_only_machine_is_reported_as_such(report):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is here")
+    assert report["summary"].startswith("CPU-only machine")
+    assert not report["backend numba"].startswith("works")
+    assert "cuda12" in report["install for this driver"]
+
+
+def test_table_prints_the_same_rows():
+    run = run_doctor()
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.strip().splitlines()
+    assert lines[0].startswith("python") and any(l.startswith("backend cpu") for l in lines)
+    assert "Traceback" not in run.stderr
+
+
+def test_optional_probe_rows_are_added_when_the_module_exists(monkeypatch):
+    import types
+    fake = types.SimpleNamespace(doctor_rows=lambda: [("CPU bf16", "fast")])
+    monkeypatch.setattr(doctor.importlib.util, "find_spec", lambda name: object())
+    monkeypatch.setitem(sys.modules, "gpusim.cpu_bf16", fake)
+    import gpusim
+    monkeypatch.setattr(gpusim, "cpu_bf16", fake, raising=False)
+    assert doctor.extra_rows() == [("CPU bf16", "fast")]
+
+
+def test_bad_arguments_are_refused():
+    run = run_doctor("--bogus")
+    assert run.returncode == 2 and "unrecognized arguments" in run.stderr

@@ -101,3 +101,4 @@ class Mpe2Reference:
             truncated[e] = got_trunc[self.names[0]]
             next_state["timestep"][e] = self.env.unwrapped.steps
         return next_state, obs, reward, terminated, truncated
+

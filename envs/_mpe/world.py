@@ -78,6 +78,20 @@ class Landmarks:
     color: tuple = (0.25, 0.25, 0.25)
 
 
+def neighbor_arrays(config) -> dict:
+    """The scratch rows of `observe.nearest`, for a scenario with mpe2's partial observation
+    (config keys num_agent_neighbors, num_landmark_neighbors)."""
+    width = max(config.num_agent_neighbors or 1, config.num_landmark_neighbors or 1)
+    return {"near": ArraySpec(torch.int32, (width,)),
+            "near_dist": ArraySpec(torch.float32, (width,))}
+
+
+def neighbor_params(config) -> dict:
+    """How many agents and landmarks an observation holds at most (0: all of them)."""
+    return dict(agent_neighbors=np.int32(config.num_agent_neighbors or 0),
+                landmark_neighbors=np.int32(config.num_landmark_neighbors or 0))
+
+
 def replace_phase(spec: KernelSpec, old, new) -> KernelSpec:
     """`spec` with phase function `old` replaced by `new` wherever it occurs."""
     sections = tuple(dataclasses.replace(section, phases=tuple(

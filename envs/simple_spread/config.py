@@ -1,5 +1,5 @@
 """Configuration of simple_spread (README.md in this folder gives the rules): mpe2's
-arguments, and the curriculum stage mpe2 sets with set_curriculum_stage."""
+arguments."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,8 +14,7 @@ class SimpleSpreadConfig(MpeConfig):
     N: int = 3                              # agents, and as many landmarks
     local_ratio: float = 0.5                # weight of an agent's own collision reward;
                                             # the shared cover reward has 1 - local_ratio
-    curriculum: bool = False                # mpe2's curriculum (stages below)
-    curriculum_stage: int = 0               # with curriculum: 0 no collision penalty, 1 with it
+    curriculum: bool = False                # mpe2's curriculum stage 0: no collision penalty
     terminate_on_success: bool = False      # end an episode once every landmark has an
                                             # agent within 0.1
     num_agent_neighbors: int | None = None  # observe only the n nearest other agents
@@ -25,6 +24,5 @@ class SimpleSpreadConfig(MpeConfig):
         super().check()
         require_count(self, "N", 1)
         require(0.0 <= self.local_ratio <= 1.0, "local_ratio", "must lie in [0, 1]")
-        require(self.curriculum_stage in (0, 1), "curriculum_stage", "must be 0 or 1")
         require_neighbors(self, "num_agent_neighbors")
         require_neighbors(self, "num_landmark_neighbors")

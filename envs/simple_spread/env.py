@@ -17,7 +17,8 @@ from .._mpe.compile import jit
 from .._mpe.observe import (put_landmarks, put_nearest_landmarks, put_nearest_others,
                             put_others, put_own_motion, put_zeros)
 from .._mpe.physics import agents_collide, count_step, landmark_distance
-from .._mpe.world import MOVE, SPAWN, Landmarks, ParticleEnv, Role
+from .._mpe.world import (MOVE, SPAWN, Landmarks, ParticleEnv, Role, neighbor_arrays,
+                          neighbor_params)
 from .config import SimpleSpreadConfig
 
 CAPTURE_RADIUS = 0.1  # mpe2: a landmark is covered by an agent closer than this
@@ -100,18 +101,13 @@ class SimpleSpread(ParticleEnv):
         return (Landmarks(config.N, collide=False),)
 
     def scenario_arrays(self):
-        c, f32 = self.config, torch.float32
-        near = max(c.num_agent_neighbors or 1, c.num_landmark_neighbors or 1)
-        return {"cover_dist": ArraySpec(f32, (c.N,), scope="env"),
-                "cover_reward": ArraySpec(f32, scope="env"),
-                "near": ArraySpec(torch.int32, (near,)),
-                "near_dist": ArraySpec(f32, (near,))}
+        f32 = torch.float32
+        return {"cover_dist": ArraySpec(f32, (self.config.N,), scope="env"),
+                "cover_reward": ArraySpec(f32, scope="env"), **neighbor_arrays(self.config)}
 
     def scenario_params(self):
         c, f32 = self.config, np.float32
         return dict(local_ratio=f32(c.local_ratio), global_ratio=f32(1 - c.local_ratio),
-                    collision_penalty=np.bool_(not c.curriculum or c.curriculum_stage == 1),
+                    collision_penalty=np.bool_(not c.curriculum),
                     terminate_on_success=np.bool_(c.terminate_on_success),
-                    capture_radius=f32(CAPTURE_RADIUS),
-                    agent_neighbors=np.int32(c.num_agent_neighbors or 0),
-                    landmark_neighbors=np.int32(c.num_landmark_neighbors or 0))
+                    capture_radius=f32(CAPTURE_RADIUS), **neighbor_params(c))

@@ -1,14 +1,8 @@
 """simple_spread's oracle is mpe2's own simple_spread_v3, stepped from gpusim's states."""
-import dataclasses
-
 from .._mpe.mpe2_reference import Mpe2Reference
 from .env import SimpleSpread
 
 
 def check_env_reference(config):
     """mpe2 in `gpusim.check.check_env`'s reference protocol."""
-    kwargs = dataclasses.asdict(config)
-    stage = kwargs.pop("curriculum_stage")
-    reference = Mpe2Reference(SimpleSpread, config, kwargs=kwargs)
-    reference.env.unwrapped.set_curriculum_stage(stage)
-    return reference
+    return Mpe2Reference(SimpleSpread, config)

@@ -86,6 +86,14 @@ def put_others(s, env, agent, k):
 
 
 @jit
+def put_landmark_color(s, env, agent, k, landmark):
+    """A landmark's colour, from the scenario's `landmark_color` table (landmarks x width)."""
+    for channel in range(s.landmark_color.shape[1]):
+        k = put(s, env, agent, k, s.landmark_color[landmark, channel])
+    return k
+
+
+@jit
 def put_comm(s, env, agent, k, of, width):
     for j in range(width):
         s.obs[env, agent, k + j] = s.comm[env, of, j]

@@ -5,13 +5,6 @@ import numpy as np
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
-def colors(env, entity: str) -> np.ndarray:
-    """(count, 3) RGB of every agent (entity "agent") or landmark, from the scenario."""
-    groups = env.roles(env.config) if entity == "agent" else env.landmark_groups(env.config)
-    rows = [g.color for g in groups for _ in range(g.count)]
-    return np.array(rows, dtype=float).reshape(-1, 3)
-
-
 def utterance(comm: np.ndarray, continuous: bool) -> str:
     if not comm.any():
         return "_"
@@ -24,8 +17,8 @@ def draw(ax, frame: dict, env, agent_colors=None, landmark_colors=None):
     """Draw a frame (`render_arrays` of one replica); a scenario whose colours depend on the
     state (its goals) passes them."""
     from matplotlib.patches import Circle
-    agent_colors = colors(env, "agent") if agent_colors is None else agent_colors
-    landmark_colors = colors(env, "landmark") if landmark_colors is None else landmark_colors
+    agent_colors = env.per_agent("color") if agent_colors is None else agent_colors
+    landmark_colors = env.per_landmark("color") if landmark_colors is None else landmark_colors
     sizes = env.per_landmark("size")
     for j, (x, y) in enumerate(frame["landmark_pos"]):
         ax.add_patch(Circle((x, y), sizes[j], facecolor=landmark_colors[j], edgecolor="black",

@@ -151,15 +151,12 @@ class ParticleEnv(Env):
         self.time_limit = config.max_cycles
 
     def per_agent(self, field: str) -> np.ndarray:
-        """A Role field, one entry per agent id."""
-        return np.concatenate([np.full(r.count, getattr(r, field))
-                               for r in self.roles(self.config)])
+        """A Role field, one row per agent id."""
+        return _rows(self.roles(self.config), field)
 
     def per_landmark(self, field: str) -> np.ndarray:
-        groups = self.landmark_groups(self.config)
-        if not groups:
-            return np.zeros(0)
-        return np.concatenate([np.full(g.count, getattr(g, field)) for g in groups])
+        """A Landmarks field, one row per landmark."""
+        return _rows(self.landmark_groups(self.config), field)
 
     def array_specs(self):
         f32, i32 = torch.float32, torch.int32
@@ -220,3 +217,7 @@ class ParticleEnv(Env):
     def draw(self, ax, frame):
         from .render import draw
         draw(ax, frame, self)
+
+
+def _rows(groups, field: str) -> np.ndarray:
+    return np.array([getattr(g, field) for g in groups for _ in range(g.count)], dtype=float)

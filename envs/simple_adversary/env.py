@@ -6,29 +6,19 @@ every agent reads them all for its reward.
 """
 import torch
 
-from gpusim import rng
 from gpusim.arrays import ArraySpec
 from gpusim.kernels import agent_phase, env_phase
 
 from .._mpe.compile import jit
+from .._mpe.goals import choose_goal, goal_distance
 from .._mpe.observe import (fill_zeros, put_landmark, put_landmarks, put_nearest_landmarks,
                             put_nearest_others, put_others)
-from .._mpe.physics import landmark_distance, tick
+from .._mpe.physics import tick
 from .._mpe.world import (MOVE, SPAWN, Landmarks, ParticleEnv, Role, neighbor_arrays,
                           neighbor_params)
 from .config import SimpleAdversaryConfig
 
 GOAL_COLOR = (0.15, 0.65, 0.15)
-
-
-@jit
-def choose_goal(env, s, p):
-    s.goal[env] = rng.randint(s.rng_state, env, 0, s.landmark_pos.shape[1])
-
-
-@jit
-def goal_distance(env, agent, s, p):
-    s.goal_dist[env, agent] = landmark_distance(s, env, agent, s.goal[env])
 
 
 @jit
@@ -95,8 +85,8 @@ class SimpleAdversary(ParticleEnv):
         return {"goal": self.num_landmarks}
 
     def draw(self, ax, frame):
-        from .._mpe.render import colors, draw
-        landmark_colors = colors(self, "landmark")
+        from .._mpe.render import draw
+        landmark_colors = self.per_landmark("color")
         landmark_colors[int(frame["goal"])] = GOAL_COLOR
         draw(ax, frame, self, landmark_colors=landmark_colors)
 

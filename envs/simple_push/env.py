@@ -8,29 +8,19 @@ is (0.1, 0.1, 0.1) with 0.9 in channel j + 1, the good agent (0.25, 0.25,
 import numpy as np
 import torch
 
-from gpusim import rng
 from gpusim.arrays import ArraySpec
 from gpusim.kernels import agent_phase, env_phase
 
 from .._mpe.compile import jit
+from .._mpe.goals import choose_goal, goal_distance
 from .._mpe.observe import fill_zeros, put, put_landmark, put_landmarks, put_others, put_velocity
-from .._mpe.physics import landmark_distance, tick
+from .._mpe.physics import tick
 from .._mpe.world import MOVE, SPAWN, Landmarks, ParticleEnv, Role
 from .config import SimplePushConfig
 
 NUM_LANDMARKS = 2
 LANDMARK_BASE, LANDMARK_LIT = 0.1, 0.9  # mpe2: 0.1 everywhere, + 0.8 in channel j + 1
 AGENT_BASE, AGENT_LIT = 0.25, 0.75      # mpe2: 0.25 everywhere, + 0.5 in channel goal + 1
-
-
-@jit
-def choose_goal(env, s, p):
-    s.goal[env] = rng.randint(s.rng_state, env, 0, s.landmark_pos.shape[1])
-
-
-@jit
-def goal_distance(env, agent, s, p):
-    s.goal_dist[env, agent] = landmark_distance(s, env, agent, s.goal[env])
 
 
 @jit
@@ -85,7 +75,8 @@ class SimplePush(ParticleEnv):
 
     @classmethod
     def landmark_groups(cls, config):
-        return (Landmarks(NUM_LANDMARKS, collide=False),)
+        return tuple(Landmarks(1, collide=False, color=_lit(j + 1, LANDMARK_BASE, LANDMARK_LIT))
+                     for j in range(NUM_LANDMARKS))
 
     def scenario_arrays(self):
         return {"goal": ArraySpec(torch.int32, scope="env", state=True),
@@ -100,10 +91,11 @@ class SimplePush(ParticleEnv):
         return {"goal": NUM_LANDMARKS}
 
     def draw(self, ax, frame):
-        from .._mpe.render import colors, draw
-        agent_colors, landmark_colors = colors(self, "agent"), colors(self, "landmark")
-        for j in range(NUM_LANDMARKS):
-            landmark_colors[j] = LANDMARK_BASE
-            landmark_colors[j, j + 1] = LANDMARK_LIT
-        agent_colors[1, int(frame["goal"]) + 1] = AGENT_LIT
-        draw(ax, frame, self, agent_colors, landmark_colors)
+        from .._mpe.render import draw
+        agent_colors = self.per_agent("color")
+        agent_colors[1] = _lit(int(frame["goal"]) + 1, AGENT_BASE, AGENT_LIT)
+        draw(ax, frame, self, agent_colors=agent_colors)
+
+
+def _lit(channel: int, base: float, lit: float) -> tuple:
+    return tuple(lit if c == channel else base for c in range(3))

@@ -1,9 +1,7 @@
 """simple_tag as portable phases over the particle base. Rules: README.md in this folder.
 
-Adversaries are agent ids 0..A-1, good agents A..N-1. Collisions are
-counted by the good agents (`caught`: how many adversaries touch each), then
-each adversary sums those counts: two phases, each thread writing its own
-entry, O(N) per thread.
+Adversaries are agent ids 0..A-1, good agents A..N-1. Touches are counted
+as `_mpe.chase` says: O(N) per thread, each thread writing its own entry.
 """
 import numba
 import numpy as np
@@ -12,26 +10,16 @@ import torch
 from gpusim.arrays import ArraySpec
 from gpusim.kernels import agent_phase, env_phase
 
+from .._mpe.chase import caught, touching_pairs
 from .._mpe.compile import jit
 from .._mpe.observe import (put_landmarks, put_nearest_landmarks, put_nearest_others,
                             put_others, put_own_motion, put_velocity, put_zeros, fill_zeros)
-from .._mpe.physics import agents_collide, bound_penalty, count_step
+from .._mpe.physics import bound_penalty, count_step
 from .._mpe.world import (MOVE, SPAWN, Landmarks, ParticleEnv, Role, neighbor_arrays,
                           neighbor_params)
 from .config import SimpleTagConfig
 
 CURRICULUM_PREY_SPEED = 0.5  # mpe2's curriculum stage 0: the prey's share of its speed
-
-
-@jit
-def caught(env, agent, s, p):
-    """A good agent: how many adversaries touch it (0 for an adversary)."""
-    hits = 0
-    if agent >= p.num_adversaries:
-        for adversary in range(p.num_adversaries):
-            if agents_collide(s, env, adversary, agent):
-                hits += 1
-    s.hits[env, agent] = hits
 
 
 @jit
@@ -50,10 +38,7 @@ def score(env, agent, s, p):
     """Adversaries: +10 for every (good agent, adversary) pair that touches. Good agents:
     -10 per adversary touching it, minus the bound penalty of each coordinate."""
     if agent < p.num_adversaries:
-        pairs = 0
-        for good in range(p.num_adversaries, s.pos.shape[1]):
-            pairs += s.hits[env, good]
-        s.reward[env, agent] = np.float32(10.0) * numba.float32(pairs)
+        s.reward[env, agent] = np.float32(10.0) * numba.float32(touching_pairs(s, env))
     else:
         s.reward[env, agent] = (-np.float32(10.0) * numba.float32(s.hits[env, agent])
                                 - bound_penalty(abs(s.pos[env, agent, 0]))

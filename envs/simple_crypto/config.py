@@ -1,0 +1,12 @@
+"""Configuration of simple_crypto (README.md in this folder gives the rules): mpe2's
+arguments (mpe2 fixes the counts: Eve, Bob, Alice, two landmarks)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .._mpe.config import MpeConfig
+
+
+@dataclass(frozen=True)
+class SimpleCryptoConfig(MpeConfig):
+    pass

@@ -1,0 +1,12 @@
+"""Configuration of simple_speaker_listener (README.md in this folder gives the rules):
+mpe2's arguments (mpe2 fixes the counts: a speaker, a listener, three landmarks)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .._mpe.config import MpeConfig
+
+
+@dataclass(frozen=True)
+class SimpleSpeakerListenerConfig(MpeConfig):
+    pass

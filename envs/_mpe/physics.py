@@ -18,10 +18,11 @@ the reset writes. Everything is float32.
 
 Arrays every scenario has (`world.ParticleEnv.array_specs`): `pos`, `vel`
 (agent, (2,)), `landmark_pos` (env, (L, 2)), `timestep` (env), scratch
-`force` (agent, (2,)) and `comm` (agent, (max(dim_c, 1),)), and the constant
-tables `agent_size`, `agent_accel`, `agent_mass`, `agent_max_speed`,
-`agent_movable`, `agent_silent`, `agent_collide`, `landmark_size`,
-`landmark_collide`, `landmark_spawn`.
+`force` (agent, (2,)) and `comm` (agent, (max(dim_c, 1),)), and three
+constant tables whose columns are named below: `agent_body` (N x 4 float32),
+`agent_flags` (N x 3 int32) and `landmark_body` (L x 3 float32). Few arrays
+keep kernels quick to compile: every call of a phase or helper passes them
+all.
 """
 import math
 
@@ -30,6 +31,14 @@ import numpy as np
 from gpusim import rng
 
 from .compile import jit
+
+# columns of the constant tables, in the order world.py fills them
+AGENT_BODY = ("size", "accel", "mass", "max_speed")   # float32; max_speed inf for none
+SIZE, ACCEL, MASS, MAX_SPEED = range(4)
+AGENT_FLAGS = ("movable", "silent", "collide")        # int32 0 / 1
+MOVABLE, SILENT, COLLIDE = range(3)
+LANDMARK_BODY = ("size", "spawn", "collide")          # float32; collide 0.0 / 1.0
+SPAWN = 1                                             # (SIZE and COLLIDE as above)
 
 ZERO = np.float32(0.0)
 ONE = np.float32(1.0)
@@ -55,7 +64,7 @@ def spawn(env, agent, s, p):
     for k in range(s.comm.shape[2]):
         s.comm[env, agent, k] = ZERO
     for landmark in range(agent, s.landmark_pos.shape[1], s.pos.shape[1]):
-        half = s.landmark_spawn[landmark]
+        half = s.landmark_body[landmark, SPAWN]
         s.landmark_pos[env, landmark, 0] = spawn_uniform(s, env, agent, half)
         s.landmark_pos[env, landmark, 1] = spawn_uniform(s, env, agent, half)
 
@@ -73,18 +82,18 @@ def discrete_forces(env, agent, s, p):
     choice = s.actions[env, agent, 0]
     ux = ZERO
     uy = ZERO
-    if s.agent_movable[agent]:
+    if s.agent_flags[agent, MOVABLE]:
         move = choice % MOVES
         choice = choice // MOVES
         if move == 1:
-            ux = -s.agent_accel[agent]
+            ux = -s.agent_body[agent, ACCEL]
         elif move == 2:
-            ux = s.agent_accel[agent]
+            ux = s.agent_body[agent, ACCEL]
         elif move == 3:
-            uy = -s.agent_accel[agent]
+            uy = -s.agent_body[agent, ACCEL]
         elif move == 4:
-            uy = s.agent_accel[agent]
-    speaks = not s.agent_silent[agent]
+            uy = s.agent_body[agent, ACCEL]
+    speaks = not s.agent_flags[agent, SILENT]
     for k in range(p.dim_c):
         s.comm[env, agent, k] = ONE if speaks and k == choice else ZERO
     apply_forces(env, agent, s, p, ux, uy)
@@ -97,12 +106,12 @@ def continuous_forces(env, agent, s, p):
     ux = ZERO
     uy = ZERO
     first = 0
-    if s.agent_movable[agent]:
+    if s.agent_flags[agent, MOVABLE]:
         a = s.continuous_actions
-        ux = (a[env, agent, 2] - a[env, agent, 1]) * s.agent_accel[agent]
-        uy = (a[env, agent, 4] - a[env, agent, 3]) * s.agent_accel[agent]
+        ux = (a[env, agent, 2] - a[env, agent, 1]) * s.agent_body[agent, ACCEL]
+        uy = (a[env, agent, 4] - a[env, agent, 3]) * s.agent_body[agent, ACCEL]
         first = MOVES
-    speaks = not s.agent_silent[agent]
+    speaks = not s.agent_flags[agent, SILENT]
     for k in range(p.dim_c):
         s.comm[env, agent, k] = s.continuous_actions[env, agent, first + k] if speaks else ZERO
     apply_forces(env, agent, s, p, ux, uy)
@@ -113,24 +122,24 @@ def apply_forces(env, agent, s, p, ux, uy):
     """force = control + the contact force of every colliding agent, then landmark."""
     fx = ux
     fy = uy
-    if s.agent_movable[agent] and s.agent_collide[agent]:
+    if s.agent_flags[agent, MOVABLE] and s.agent_flags[agent, COLLIDE]:
         x = s.pos[env, agent, 0]
         y = s.pos[env, agent, 1]
-        size = s.agent_size[agent]
+        size = s.agent_body[agent, SIZE]
         for other in range(s.pos.shape[1]):
-            if other == agent or not s.agent_collide[other]:
+            if other == agent or not s.agent_flags[other, COLLIDE]:
                 continue
             dx = x - s.pos[env, other, 0]
             dy = y - s.pos[env, other, 1]
-            scale = contact_scale(dx * dx + dy * dy, size + s.agent_size[other], p)
+            scale = contact_scale(dx * dx + dy * dy, size + s.agent_body[other, SIZE], p)
             fx += scale * dx
             fy += scale * dy
         for landmark in range(s.landmark_pos.shape[1]):
-            if not s.landmark_collide[landmark]:
+            if s.landmark_body[landmark, COLLIDE] == ZERO:
                 continue
             dx = x - s.landmark_pos[env, landmark, 0]
             dy = y - s.landmark_pos[env, landmark, 1]
-            scale = contact_scale(dx * dx + dy * dy, size + s.landmark_size[landmark], p)
+            scale = contact_scale(dx * dx + dy * dy, size + s.landmark_body[landmark, SIZE], p)
             fx += scale * dx
             fy += scale * dy
     s.force[env, agent, 0] = fx
@@ -159,16 +168,16 @@ def contact_scale(dist_sq, dist_min, p):
 def integrate(env, agent, s, p):
     """mpe2's integrate_state for a movable agent: position with the old velocity, then
     damping, the force, and the speed limit."""
-    if not s.agent_movable[agent]:
+    if not s.agent_flags[agent, MOVABLE]:
         return
     vx = s.vel[env, agent, 0]
     vy = s.vel[env, agent, 1]
     s.pos[env, agent, 0] += vx * p.dt
     s.pos[env, agent, 1] += vy * p.dt
-    mass = s.agent_mass[agent]
+    mass = s.agent_body[agent, MASS]
     vx = vx * p.keep_velocity + s.force[env, agent, 0] / mass * p.dt
     vy = vy * p.keep_velocity + s.force[env, agent, 1] / mass * p.dt
-    max_speed = s.agent_max_speed[agent]
+    max_speed = s.agent_body[agent, MAX_SPEED]
     speed = math.sqrt(vx * vx + vy * vy)
     if speed > max_speed:  # max_speed is inf where mpe2 has None
         vx = vx / speed * max_speed
@@ -211,12 +220,13 @@ def landmark_distance(s, env, agent, landmark):
 @jit
 def agents_collide(s, env, a, b):
     """mpe2's scenario is_collision: centres closer than the sum of the sizes."""
-    return agent_distance(s, env, a, b) < s.agent_size[a] + s.agent_size[b]
+    return agent_distance(s, env, a, b) < s.agent_body[a, SIZE] + s.agent_body[b, SIZE]
 
 
 @jit
 def touches_landmark(s, env, agent, landmark):
-    return landmark_distance(s, env, agent, landmark) < s.agent_size[agent] + s.landmark_size[landmark]
+    reach = s.agent_body[agent, SIZE] + s.landmark_body[landmark, SIZE]
+    return landmark_distance(s, env, agent, landmark) < reach
 
 
 @jit

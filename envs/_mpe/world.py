@@ -30,7 +30,8 @@ from gpusim.errors import ArrayError
 from gpusim.kernels import KernelSpec, agent_phase, env_phase
 from gpusim.spaces import Box
 
-from .physics import MOVES, continuous_forces, discrete_forces, integrate, spawn, start_clock
+from .physics import (AGENT_BODY, AGENT_FLAGS, LANDMARK_BODY, MOVES, continuous_forces,
+                      discrete_forces, integrate, spawn, start_clock)
 
 # mpe2's World defaults (core.py)
 DT = 0.1
@@ -55,6 +56,7 @@ class Role:
     size: float = 0.05
     accel: float = SENSITIVITY
     max_speed: float = math.inf     # mpe2's None
+    mass: float = 1.0               # mpe2's initial_mass (no scenario changes it)
     movable: bool = True
     silent: bool = True
     collide: bool = True
@@ -169,25 +171,18 @@ class ParticleEnv(Env):
             "force": ArraySpec(f32, (2,)),
             "comm": ArraySpec(f32, (max(self.dim_c, 1),)),
         }
-        for name in ("size", "accel", "mass", "max_speed"):
-            specs[f"agent_{name}"] = ArraySpec(f32, (n,), scope="global")
-        for name in ("movable", "silent", "collide"):
-            specs[f"agent_{name}"] = ArraySpec(i32, (n,), scope="global")
-        specs["landmark_size"] = ArraySpec(f32, (landmarks,), scope="global")
-        specs["landmark_spawn"] = ArraySpec(f32, (landmarks,), scope="global")
-        specs["landmark_collide"] = ArraySpec(i32, (landmarks,), scope="global")
+        specs["agent_body"] = ArraySpec(f32, (n, len(AGENT_BODY)), scope="global")
+        specs["agent_flags"] = ArraySpec(i32, (n, len(AGENT_FLAGS)), scope="global")
+        specs["landmark_body"] = ArraySpec(f32, (landmarks, len(LANDMARK_BODY)), scope="global")
         specs.update(self.scenario_arrays())
         return specs
 
     def initial_values(self):
-        values = {f"agent_{name}": self.per_agent(name).astype(np.float32)
-                  for name in ("size", "accel", "max_speed")}
-        values["agent_mass"] = np.ones(self.num_agents, np.float32)  # mpe2's initial_mass
-        values.update({f"agent_{name}": self.per_agent(name).astype(np.int32)
-                       for name in ("movable", "silent", "collide")})
-        values.update(landmark_size=self.per_landmark("size").astype(np.float32),
-                      landmark_spawn=self.per_landmark("spawn").astype(np.float32),
-                      landmark_collide=self.per_landmark("collide").astype(np.int32))
+        def table(rows, fields, dtype):
+            return np.stack([rows(f) for f in fields], axis=-1).astype(dtype).reshape(-1, len(fields))
+        values = {"agent_body": table(self.per_agent, AGENT_BODY, np.float32),
+                  "agent_flags": table(self.per_agent, AGENT_FLAGS, np.int32),
+                  "landmark_body": table(self.per_landmark, LANDMARK_BODY, np.float32)}
         values.update(self.scenario_initial_values())
         return values
 

@@ -1,16 +1,17 @@
-"""The config keys every MPE scenario has (mpe2's arguments of the same names)."""
-from __future__ import annotations
+"""What every MPE config shares: mpe2's defaults and checks of its arguments.
 
-from dataclasses import dataclass
+Each scenario's config dataclass declares `max_cycles` and `continuous_actions`
+itself, from the defaults here, so that its --help lists them with their
+descriptions (read from the class's own source).
+"""
+from __future__ import annotations
 
 from gpusim.config import EnvConfig, require
 
+MAX_CYCLES = 25  # mpe2's default episode length
 
-@dataclass(frozen=True)
+
 class MpeConfig(EnvConfig):
-    max_cycles: int = 25                # steps until the episode is truncated
-    continuous_actions: bool = False    # Box(0, 1) actions instead of one Discrete
-
     def check(self):
         require(self.max_cycles >= 1, "max_cycles", "must be at least 1")
 

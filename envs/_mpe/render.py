@@ -14,11 +14,13 @@ def utterance(comm: np.ndarray, continuous: bool) -> str:
 
 
 def draw(ax, frame: dict, env, agent_colors=None, landmark_colors=None):
-    """Draw a frame (`render_arrays` of one replica); a scenario whose colours depend on the
-    state (its goals) passes them."""
+    """Draw a frame (`render_arrays` of one replica) in the scenario's colours (its roles'
+    and landmark groups'), or in the colours given (a scenario whose colours follow its
+    goals)."""
     from matplotlib.patches import Circle
     agent_colors = env.per_agent("color") if agent_colors is None else agent_colors
     landmark_colors = env.per_landmark("color") if landmark_colors is None else landmark_colors
+    agent_colors, landmark_colors = (np.clip(c, 0, 1) for c in (agent_colors, landmark_colors))
     sizes = env.per_landmark("size")
     for j, (x, y) in enumerate(frame["landmark_pos"]):
         ax.add_patch(Circle((x, y), sizes[j], facecolor=landmark_colors[j], edgecolor="black",
@@ -37,6 +39,6 @@ def draw(ax, frame: dict, env, agent_colors=None, landmark_colors=None):
     speakers = [i for i, silent in enumerate(env.per_agent("silent")) if not silent]
     for line, i in enumerate(speakers):
         said = utterance(frame["comm"][i][:env.dim_c], env.config.continuous_actions)
-        ax.text(0.02, 0.97 - 0.05 * line, f"{env.agent_names[i]} sends {said}",
-                transform=ax.transAxes, fontsize=8, va="top",
+        ax.text(0.02, 0.03 + 0.05 * line, f"{env.agent_names[i]} sends {said}",
+                transform=ax.transAxes, fontsize=8, va="bottom",
                 bbox=dict(facecolor="white", alpha=0.8, linewidth=0))

@@ -18,6 +18,7 @@ class derives everything mpe2 derives from the same facts:
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
 from dataclasses import dataclass
 
@@ -210,8 +211,9 @@ class ParticleEnv(Env):
                     raise ArrayError(f"set_state: {name} must lie in 0..{count - 1}")
 
     def draw(self, ax, frame):
-        from .render import draw
-        draw(ax, frame, self)
+        """The scenario's own render.py (beside its env.py) draws the frame."""
+        package = type(self).__module__.rpartition(".")[0]
+        importlib.import_module(f"{package}.render").draw(ax, frame, self)
 
 
 def _rows(groups, field: str) -> np.ndarray:

@@ -18,9 +18,6 @@ from .._mpe.world import (MOVE, SPAWN, Landmarks, ParticleEnv, Role, neighbor_ar
                           neighbor_params)
 from .config import SimpleAdversaryConfig
 
-GOAL_COLOR = (0.15, 0.65, 0.15)
-
-
 @jit
 def score(env, agent, s, p):
     """Adversary: minus its distance to the goal. Good agents (all alike): minus the
@@ -83,10 +80,3 @@ class SimpleAdversary(ParticleEnv):
 
     def index_ranges(self):
         return {"goal": self.num_landmarks}
-
-    def draw(self, ax, frame):
-        from .._mpe.render import draw
-        landmark_colors = self.per_landmark("color")
-        landmark_colors[int(frame["goal"])] = GOAL_COLOR
-        draw(ax, frame, self, landmark_colors=landmark_colors)
-

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .._mpe.config import MpeConfig
+from .._mpe.config import MAX_CYCLES, MpeConfig
 
 
 @dataclass(frozen=True)
 class SimpleCryptoConfig(MpeConfig):
-    pass
+    max_cycles: int = MAX_CYCLES            # steps until the episode is truncated
+    continuous_actions: bool = False        # Box(0, 1) actions instead of one Discrete

@@ -100,10 +100,3 @@ class SimpleCrypto(ParticleEnv):
 
     def index_ranges(self):
         return {"goal": NUM_LANDMARKS, "key": NUM_LANDMARKS}
-
-    def draw(self, ax, frame):
-        """Bob in the message's colour, as mpe2 draws him."""
-        from .._mpe.render import draw
-        agent_colors = self.per_agent("color")
-        agent_colors[BOB] = self.per_landmark("color")[int(frame["goal"])]
-        draw(ax, frame, self, agent_colors=agent_colors)

@@ -75,7 +75,7 @@ class SimplePush(ParticleEnv):
 
     @classmethod
     def landmark_groups(cls, config):
-        return tuple(Landmarks(1, collide=False, color=_lit(j + 1, LANDMARK_BASE, LANDMARK_LIT))
+        return tuple(Landmarks(1, collide=False, color=lit_color(j + 1, LANDMARK_BASE, LANDMARK_LIT))
                      for j in range(NUM_LANDMARKS))
 
     def scenario_arrays(self):
@@ -90,12 +90,7 @@ class SimplePush(ParticleEnv):
     def index_ranges(self):
         return {"goal": NUM_LANDMARKS}
 
-    def draw(self, ax, frame):
-        from .._mpe.render import draw
-        agent_colors = self.per_agent("color")
-        agent_colors[1] = _lit(int(frame["goal"]) + 1, AGENT_BASE, AGENT_LIT)
-        draw(ax, frame, self, agent_colors=agent_colors)
 
-
-def _lit(channel: int, base: float, lit: float) -> tuple:
+def lit_color(channel: int, base: float, lit: float) -> tuple:
+    """An RGB colour: `base` in every channel but `lit` in `channel`."""
     return tuple(lit if c == channel else base for c in range(3))

@@ -6,11 +6,13 @@ from dataclasses import dataclass
 
 from gpusim.config import require
 
-from .._mpe.config import MpeConfig
+from .._mpe.config import MAX_CYCLES, MpeConfig
 
 
 @dataclass(frozen=True)
 class SimpleReferenceConfig(MpeConfig):
+    max_cycles: int = MAX_CYCLES            # steps until the episode is truncated
+    continuous_actions: bool = False        # Box(0, 1) actions instead of one Discrete
     local_ratio: float = 0.5        # weight of an agent's own reward; the mean of both
                                     # agents' rewards has 1 - local_ratio
 

@@ -81,10 +81,3 @@ class SimpleReference(ParticleEnv):
 
     def index_ranges(self):
         return {"goal": len(LANDMARK_COLORS)}
-
-    def draw(self, ax, frame):
-        """Each agent in the colour of the landmark the other must lead it to (as mpe2)."""
-        from .._mpe.render import draw
-        goals = frame["goal"]
-        agent_colors = np.array([LANDMARK_COLORS[goals[1]], LANDMARK_COLORS[goals[0]]])
-        draw(ax, frame, self, agent_colors=agent_colors)

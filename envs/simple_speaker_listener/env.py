@@ -19,7 +19,6 @@ from .._mpe.world import MOVE, SPAWN, Landmarks, ParticleEnv, Role
 from .config import SimpleSpeakerListenerConfig
 
 LANDMARK_COLORS = ((0.65, 0.15, 0.15), (0.15, 0.65, 0.15), (0.15, 0.15, 0.65))
-LISTENER_TINT = 0.45  # mpe2 draws the listener in the goal's colour + 0.45
 SPEAKER, LISTENER = 0, 1
 
 
@@ -70,9 +69,3 @@ class SimpleSpeakerListener(ParticleEnv):
 
     def index_ranges(self):
         return {"goal": len(LANDMARK_COLORS)}
-
-    def draw(self, ax, frame):
-        from .._mpe.render import draw
-        agent_colors = self.per_agent("color")
-        agent_colors[LISTENER] = np.array(LANDMARK_COLORS[int(frame["goal"])]) + LISTENER_TINT
-        draw(ax, frame, self, agent_colors=agent_colors)

@@ -6,11 +6,13 @@ from dataclasses import dataclass
 
 from gpusim.config import require
 
-from .._mpe.config import MpeConfig, require_count, require_neighbors
+from .._mpe.config import MAX_CYCLES, MpeConfig, require_count, require_neighbors
 
 
 @dataclass(frozen=True)
 class SimpleSpreadConfig(MpeConfig):
+    max_cycles: int = MAX_CYCLES            # steps until the episode is truncated
+    continuous_actions: bool = False        # Box(0, 1) actions instead of one Discrete
     N: int = 3                              # agents, and as many landmarks
     local_ratio: float = 0.5                # weight of an agent's own collision reward;
                                             # the shared cover reward has 1 - local_ratio

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .._mpe.config import MpeConfig, require_count, require_neighbors
+from .._mpe.config import MAX_CYCLES, MpeConfig, require_count, require_neighbors
 
 
 @dataclass(frozen=True)
 class SimpleTagConfig(MpeConfig):
+    max_cycles: int = MAX_CYCLES            # steps until the episode is truncated
+    continuous_actions: bool = False        # Box(0, 1) actions instead of one Discrete
     num_good: int = 1                       # good agents (prey), after the adversaries
     num_adversaries: int = 3                # adversaries (predators), the first agent ids
     num_obstacles: int = 2                  # landmarks that block the way

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .._mpe.config import MpeConfig, require_count
+from .._mpe.config import MAX_CYCLES, MpeConfig, require_count
 
 
 @dataclass(frozen=True)
 class SimpleWorldCommConfig(MpeConfig):
+    max_cycles: int = MAX_CYCLES            # steps until the episode is truncated
+    continuous_actions: bool = False        # Box(0, 1) actions instead of one Discrete
     num_good: int = 2           # good agents (prey), after the adversaries
     num_adversaries: int = 4    # adversaries, the leader (agent 0) included
     num_obstacles: int = 1      # landmarks that block the way

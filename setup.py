@@ -40,7 +40,7 @@ setup(
         "plot": ["matplotlib>=3.5"],
         # NVRTC compiles the CUDA C kernels in CI without a GPU (Linux x86-64 wheels only)
         "test": ["pytest>=7", "scipy>=1.10", "gymnasium>=0.29", "matplotlib>=3.5",
-                 "pettingzoo>=1.24", "torchrl>=0.6", "stable-baselines3>=2",
+                 "pettingzoo>=1.24", "torchrl>=0.6", "stable-baselines3>=2", "mpe2==1.1.1",
                  f"cuda-bindings>=13; {LINUX_X86}", f"nvidia-cuda-nvrtc>=13; {LINUX_X86}"],
     },
 )

@@ -155,3 +155,19 @@ def put_nearest_others(s, env, agent, k, n):
         k = put_other(s, env, agent, k, s.near[env, agent, slot])
     return put_zeros(s, env, agent, k, 2 * (n - found))
 
+
+
+@jit
+def put_seen_landmarks(s, env, agent, k, p):
+    """Every landmark, or the p.landmark_neighbors nearest where that is set (> 0)."""
+    if p.landmark_neighbors > 0:
+        return put_nearest_landmarks(s, env, agent, k, p.landmark_neighbors)
+    return put_landmarks(s, env, agent, k, 0, s.landmark_pos.shape[1])
+
+
+@jit
+def put_seen_others(s, env, agent, k, p):
+    """Every other agent, or the p.agent_neighbors nearest where that is set (> 0)."""
+    if p.agent_neighbors > 0:
+        return put_nearest_others(s, env, agent, k, p.agent_neighbors)
+    return put_others(s, env, agent, k)

@@ -11,8 +11,7 @@ from gpusim.kernels import agent_phase, env_phase
 
 from .._mpe.compile import jit
 from .._mpe.goals import choose_goal, goal_distance
-from .._mpe.observe import (fill_zeros, put_landmark, put_landmarks, put_nearest_landmarks,
-                            put_nearest_others, put_others)
+from .._mpe.observe import fill_zeros, put_landmark, put_seen_landmarks, put_seen_others
 from .._mpe.physics import tick
 from .._mpe.world import (MOVE, SPAWN, Landmarks, ParticleEnv, Role, neighbor_arrays,
                           neighbor_params)
@@ -38,15 +37,8 @@ def observe(env, agent, s, p):
     k = 0
     if agent > 0:
         k = put_landmark(s, env, agent, k, s.goal[env])
-    if p.landmark_neighbors > 0:
-        k = put_nearest_landmarks(s, env, agent, k, p.landmark_neighbors)
-    else:
-        k = put_landmarks(s, env, agent, k, 0, s.landmark_pos.shape[1])
-    if p.agent_neighbors > 0:
-        k = put_nearest_others(s, env, agent, k, p.agent_neighbors)
-    else:
-        k = put_others(s, env, agent, k)
-    fill_zeros(s, env, agent, k)
+    k = put_seen_landmarks(s, env, agent, k, p)
+    fill_zeros(s, env, agent, put_seen_others(s, env, agent, k, p))
 
 
 class SimpleAdversary(ParticleEnv):

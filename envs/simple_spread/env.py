@@ -14,8 +14,7 @@ from gpusim.arrays import ArraySpec
 from gpusim.kernels import agent_phase, env_phase
 
 from .._mpe.compile import jit
-from .._mpe.observe import (put_landmarks, put_nearest_landmarks, put_nearest_others,
-                            put_others, put_own_motion, put_zeros)
+from .._mpe.observe import put_own_motion, put_seen_landmarks, put_seen_others, put_zeros
 from .._mpe.physics import agents_collide, count_step, landmark_distance
 from .._mpe.world import (MOVE, SPAWN, Landmarks, ParticleEnv, Role, neighbor_arrays,
                           neighbor_params)
@@ -67,16 +66,9 @@ def observe(env, agent, s, p):
     communication] (the nearest few of each with partial observability); the agents are
     silent, so their communication is zeros."""
     k = put_own_motion(s, env, agent, 0)
-    if p.landmark_neighbors > 0:
-        k = put_nearest_landmarks(s, env, agent, k, p.landmark_neighbors)
-    else:
-        k = put_landmarks(s, env, agent, k, 0, s.landmark_pos.shape[1])
-    if p.agent_neighbors > 0:
-        k = put_nearest_others(s, env, agent, k, p.agent_neighbors)
-        heard = p.agent_neighbors
-    else:
-        k = put_others(s, env, agent, k)
-        heard = s.pos.shape[1] - 1
+    k = put_seen_landmarks(s, env, agent, k, p)
+    k = put_seen_others(s, env, agent, k, p)
+    heard = p.agent_neighbors if p.agent_neighbors > 0 else s.pos.shape[1] - 1
     put_zeros(s, env, agent, k, 2 * heard)
 
 

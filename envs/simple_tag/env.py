@@ -12,8 +12,8 @@ from gpusim.kernels import agent_phase, env_phase
 
 from .._mpe.chase import caught, touching_pairs
 from .._mpe.compile import jit
-from .._mpe.observe import (put_landmarks, put_nearest_landmarks, put_nearest_others,
-                            put_others, put_own_motion, put_velocity, put_zeros, fill_zeros)
+from .._mpe.observe import (fill_zeros, put_own_motion, put_seen_landmarks, put_seen_others,
+                            put_velocity, put_zeros)
 from .._mpe.physics import bound_penalty, count_step
 from .._mpe.world import (MOVE, SPAWN, Landmarks, ParticleEnv, Role, neighbor_arrays,
                           neighbor_params)
@@ -52,12 +52,9 @@ def observe(env, agent, s, p):
     agents; with num_agent_neighbors, one velocity slot per neighbour slot, zero where the
     neighbour is an adversary or missing."""
     k = put_own_motion(s, env, agent, 0)
-    if p.landmark_neighbors > 0:
-        k = put_nearest_landmarks(s, env, agent, k, p.landmark_neighbors)
-    else:
-        k = put_landmarks(s, env, agent, k, 0, s.landmark_pos.shape[1])
+    k = put_seen_landmarks(s, env, agent, k, p)
+    k = put_seen_others(s, env, agent, k, p)
     if p.agent_neighbors > 0:
-        k = put_nearest_others(s, env, agent, k, p.agent_neighbors)
         for slot in range(p.agent_neighbors):
             other = s.near[env, agent, slot]
             if other >= p.num_adversaries:
@@ -65,7 +62,6 @@ def observe(env, agent, s, p):
             else:
                 k = put_zeros(s, env, agent, k, 2)
     else:
-        k = put_others(s, env, agent, k)
         for other in range(p.num_adversaries, s.pos.shape[1]):
             if other != agent:
                 k = put_velocity(s, env, agent, k, other)

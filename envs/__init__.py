@@ -6,7 +6,9 @@ portable phases and `Env` subclass), `reference.py` (an independent NumPy
 oracle for the tests), `README.md` (its exact rules), `config.yaml` (its
 training recipe) and any CUDA C kernel of its own. A subpackage's
 `__init__` names its env class `ENV`; the table below is found by listing
-the subpackages, so adding a built-in env is adding a folder.
+the subpackages, so adding a built-in env is adding a folder. A subpackage
+whose name starts with "_" is code shared by env folders (`_mpe`: the MPE
+particle base), not an env.
 """
 from __future__ import annotations
 
@@ -20,7 +22,9 @@ _registered: dict = {}  # name -> "module:Class", added by register()
 
 
 def builtin_names() -> tuple:
-    return tuple(sorted(m.name for m in pkgutil.iter_modules(__path__) if m.ispkg))
+    """The env folders; a folder whose name starts with "_" is shared code, not an env."""
+    return tuple(sorted(m.name for m in pkgutil.iter_modules(__path__)
+                        if m.ispkg and not m.name.startswith("_")))
 
 
 def env_names() -> tuple:

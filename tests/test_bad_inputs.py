@@ -38,6 +38,7 @@ from gpusim.training.logger import lock_run_dir
 ROOT = Path(__file__).resolve().parents[1]
 CARTPOLE = ["--env", "cartpole", "--backend", "cpu"]
 SMALL = ["--num_envs", "4", "--rollout_len", "8", "--total_steps", "32", "--quiet"]
+SAC = ["--env", "pendulum", "--algorithm", "sac", "--backend", "cpu"]
 TAG = ["--env", "tag_continuous", "--backend", "cpu"]
 RANKS = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2"}
 
@@ -61,9 +62,37 @@ CLI_ROWS = [
      "needs continuous actions"),
     ("auto_scale with sac", ["--env", "pendulum", "--backend", "cpu", "--algorithm", "sac",
                              "--auto_scale"], {}, 2, "--auto_scale sizes on-policy rollouts"),
-    ("tau zero", CARTPOLE + ["--set", "trainer.tau=0"], {}, 2, "'trainer.tau' must lie in"),
-    ("negative sac_alpha", CARTPOLE + ["--set", "trainer.sac_alpha=-1"], {}, 2,
+    ("tau zero", SAC + ["--set", "trainer.tau=0"], {}, 2, "'trainer.tau' must lie in"),
+    ("negative sac_alpha", SAC + ["--set", "trainer.sac_alpha=-1"], {}, 2,
      "'trainer.sac_alpha' must be >= 0"),
+    ("an off-policy key under ppo", CARTPOLE + ["--set", "trainer.tau=0.1"], {}, 2,
+     "'trainer.tau' does not apply to algorithm ppo (it is a key of ddpg, td3, sac)"),
+    ("a ppo key under sac", SAC + ["--set", "trainer.update_epochs=2"], {}, 2,
+     "'trainer.update_epochs' does not apply to algorithm sac (it is a key of ppo, a2c)"),
+    ("a gaussian key under sac", SAC + ["--set", "policy.log_std_init=-1"], {}, 2,
+     "'policy.log_std_init' does not apply to algorithm sac"),
+    ("a gaussian key on discrete actions", CARTPOLE + SMALL
+     + ["--set", "policy.state_dependent_std=true"], {}, 2,
+     "'policy.state_dependent_std' applies to continuous actions"),
+    ("replay_ratio zero", SAC + ["--set", "trainer.replay_ratio=0"], {}, 2,
+     "'trainer.replay_ratio' must be positive"),
+    ("learning never starts", SAC + ["--total_steps", "500", "--set",
+                                     "trainer.learning_starts=1000"], {}, 2,
+     "'trainer.learning_starts' must be below total_steps"),
+    ("a replay smaller than a batch", SAC + ["--set", "trainer.replay_size=10"], {}, 2,
+     "'trainer.replay_size' must be at least batch_size"),
+    ("priority_alpha huge", SAC + ["--set", "trainer.priority_alpha=1000"], {}, 2,
+     "'trainer.priority_alpha' must lie in [0, 2]"),
+    ("recurrent under sac", SAC + ["--set", "policy.recurrent=gru"], {}, 2,
+     "'policy.recurrent' does not apply to algorithm sac"),
+    ("recurrent and central", CARTPOLE + ["--set", "policy.recurrent=gru", "--set",
+                                          "policy.critic=central"], {}, 2,
+     "'policy.critic' must be local with a recurrent policy"),
+    ("bptt_len not dividing", CARTPOLE + SMALL + ["--set", "policy.recurrent=gru", "--set",
+                                                  "policy.bptt_len=3"], {}, 2,
+     "multiple of policy.bptt_len"),
+    ("networks too large", CARTPOLE + SMALL + ["--set", "policy.hidden_sizes=[10000000000]"],
+     {}, 2, "training the policy networks"),
     ("log_std_init out of range", CARTPOLE + ["--set", "policy.log_std_init=9"], {}, 2,
      "'policy.log_std_init' must lie in [-5, 2]"),
     ("zero reward_scale", CARTPOLE + ["--set", "trainer.reward_scale=0"], {}, 2,
@@ -111,7 +140,8 @@ CLI_ROWS = [
     ("gamma above 1", CARTPOLE + ["--set", "trainer.gamma=1.5"], {}, 2, "must lie in [0, 1]"),
     ("unknown algorithm", CARTPOLE + ["--set", "trainer.algorithm=dqn"], {}, 2,
      "'trainer.algorithm' must be one of"),
-    ("a2c with epochs", CARTPOLE + ["--set", "trainer.algorithm=a2c"], {}, 2,
+    ("a2c with epochs", CARTPOLE + ["--set", "trainer.algorithm=a2c", "--set",
+                                    "trainer.update_epochs=4"], {}, 2,
      "a2c takes one gradient step"),
     ("unknown precision", CARTPOLE + ["--set", "trainer.precision=fp8"], {}, 2,
      "'trainer.precision' must be one of"),
@@ -149,7 +179,7 @@ CLI_ROWS = [
     ("replicas that cannot fit", TAG + ["--num_envs", "10000000000"], {}, 2,
      "needs"),
     ("a buffer that cannot fit", CARTPOLE + ["--num_envs", "4", "--rollout_len", "3000000000"],
-     {}, 2, "the rollout buffer"),
+     {}, 2, "the rollout"),
     # --auto_scale flags
     ("budget without auto-scale", CARTPOLE + ["--memory_budget", "1GiB"], {}, 2,
      "add --auto_scale"),

@@ -38,7 +38,7 @@ class Algorithm:
         self.agents = {name: agent_index(spec.agent_ids, env.device)
                        for name, spec in env.policy_specs.items()}
         rollout_len = config.trainer.rollout_len
-        env.backend.check_fits(f"the episode log ({rollout_len} steps x {env.num_envs:,} "
+        env.backend.check_fits(f"the rollout's episode log ({rollout_len} steps x {env.num_envs:,} "
                                "replicas)", 4 * rollout_len * env.num_envs * (len(self.agents) + 1))
         self.episodes = EpisodeTracker(env, rollout_len, self.agents)
 

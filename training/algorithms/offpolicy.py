@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from gpusim.config import require
-from gpusim.errors import GpusimError, describe
+from gpusim.errors import GpusimError
 
 from ..acceleration import MaybeCompiled
 from ..actors import Actors
@@ -396,15 +396,5 @@ class OffPolicy(Algorithm):
             g.replay.load_state_dict(state["replay"][g.name])
 
     @classmethod
-    def acting_policies(cls, config, env, state: dict) -> dict:
-        policies = {}
-        for name, spec in env.policy_specs.items():
-            model = cls.model_for(config, spec, exploring=False).to(env.device)
-            try:
-                model.load_state_dict(state["models"][name])
-            except (KeyError, RuntimeError) as exc:
-                raise GpusimError(f"the checkpoint's policy {name!r} does not fit "
-                                  f"{env.name} under this config ({describe(exc)[:120]})") \
-                    from None
-            policies[name] = model.eval()
-        return policies
+    def acting_model(cls, config, env, spec):
+        return cls.model_for(config, spec, exploring=False)

@@ -31,7 +31,7 @@ from typing import ClassVar
 import torch
 
 from gpusim.config import require
-from gpusim.errors import GpusimError, describe
+from gpusim.errors import GpusimError
 
 from .. import losses
 from ..acceleration import MaybeCompiled
@@ -490,19 +490,9 @@ class PPO(Algorithm):
         self.shuffle.set_state(state["shuffle_rng"])
 
     @classmethod
-    def acting_policies(cls, config, env, state: dict) -> dict:
+    def acting_model(cls, config, env, spec):
         state_dim = env.global_state().shape[-1] if config.policy.critic == "central" else None
-        policies = {}
-        for name, spec in env.policy_specs.items():
-            model = make_model(spec, config.policy, state_dim).to(env.device)
-            try:
-                model.load_state_dict(state["models"][name])
-            except (KeyError, RuntimeError) as exc:
-                raise GpusimError(f"the checkpoint's policy {name!r} does not fit "
-                                  f"{env.name} under this config ({describe(exc)[:120]})") \
-                    from None
-            policies[name] = model.eval()
-        return policies
+        return make_model(spec, config.policy, state_dim)
 
 
 def normalized(adv, weights, total):

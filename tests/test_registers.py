@@ -61,7 +61,8 @@ def every_kernel() -> list:
             backend = RecordingBackend()
             env = make(name, 1, backend=backend, **config)
             env_cuda_c = all(spec.cuda_c is not None for spec, _, _ in backend.compiled)
-            ActionSampler(env)
+            if env.discrete_width:  # an env of Box actions only has no sampler
+                ActionSampler(env)
             for spec, s, p in backend.compiled:
                 key = (spec.name, numba.typeof(s), numba.typeof(p))
                 suffix = "".join(f"-{k}" for k in config)

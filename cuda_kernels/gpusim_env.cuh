@@ -15,6 +15,7 @@
 // Launch: grid = replicas, block = agents.
 #pragma once
 
+#include "gpusim_env_args.cuh"  // generated per layout; its GPUSIM_HAS_* defines are read below
 #include "gpusim_math.cuh"
 #include "gpusim_rng.cuh"
 

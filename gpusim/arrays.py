@@ -88,6 +88,7 @@ class DeviceArrays:
                                           dtype=spec.dtype, device=backend.device)
                         for name, spec in self.specs.items()}
         aliases = aliases or {}
+        self.tensors.update({alias: self.tensors[name] for alias, name in aliases.items()})
         fields = tuple(self.specs) + tuple(aliases)
         self.views = namedtuple_type("Arrays", fields)(
             *(backend.view(self.tensors[aliases.get(n, n)]) for n in fields))

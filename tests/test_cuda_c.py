@@ -96,7 +96,7 @@ def tag_header(env):
 def test_tag_kernels_take_the_generated_parameters(config):
     env = make_tag(num_envs=1, **config)
     names = env.arrays.views._fields
-    expected = expected_arguments(names, [env.arrays.specs[n].dtype for n in names],
+    expected = expected_arguments(names, [env.arrays[n].dtype for n in names],
                                   env._params._asdict())
     generated = header_params(env.arrays.views, env._params)
     assert [tuple(p) for p in generated] == expected
@@ -195,7 +195,7 @@ def test_a_kernel_that_does_not_fit_the_env_fails_at_construction(host_backend):
     class Drifted(TagContinuous):
         cuda_c_step = "sampler.cu:sample_actions"
     with pytest.raises(BackendError, match="sample_actions .*has 10 parameters but is "
-                                           "launched with 42 .*obs, final_obs"):
+                                           "launched with 44 .*obs, final_obs"):
         Drifted(num_envs=1, backend=host_backend, config=Drifted.config_class.load())
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
-import importlib.util
 import json
 import platform
 import sys
@@ -101,10 +100,8 @@ def backend_status(name: str) -> str:
         return describe(exc)
 
 
-def extra_rows() -> list:
-    """Rows of optional probes that other modules provide (the CPU bf16 probe)."""
-    if importlib.util.find_spec("gpusim.cpu_bf16") is None:
-        return []
+def cpu_bf16_rows() -> list:
+    """What the CPU bf16 probe found (gpusim.cpu_bf16)."""
     from gpusim import cpu_bf16
     try:
         return list(cpu_bf16.doctor_rows())
@@ -117,7 +114,7 @@ def rows() -> list:
              ("gpusim", package_version("gpusim"))]
     table += gpu_rows()
     table += [(f"backend {name}", backend_status(name)) for name in BACKENDS]
-    table += extra_rows()
+    table += cpu_bf16_rows()
     return table
 
 

@@ -46,14 +46,16 @@ def test_table_prints_the_same_rows():
     assert "Traceback" not in run.stderr
 
 
-def test_optional_probe_rows_are_added_when_the_module_exists(monkeypatch):
-    import types
-    fake = types.SimpleNamespace(doctor_rows=lambda: [("CPU bf16", "fast")])
-    monkeypatch.setattr(doctor.importlib.util, "find_spec", lambda name: object())
-    monkeypatch.setitem(sys.modules, "gpusim.cpu_bf16", fake)
-    import gpusim
-    monkeypatch.setattr(gpusim, "cpu_bf16", fake, raising=False)
-    assert doctor.extra_rows() == [("CPU bf16", "fast")]
+def test_the_cpu_bf16_probe_is_a_row_and_its_failure_too(monkeypatch):
+    from gpusim import cpu_bf16
+    rows = dict(doctor.cpu_bf16_rows())
+    assert rows["CPU bf16 matmul"].startswith(("works", "faults", "does not work"))
+
+    def broken():
+        raise RuntimeError("no child process")
+    monkeypatch.setattr(cpu_bf16, "doctor_rows", broken)
+    assert doctor.cpu_bf16_rows() == [("CPU bf16", "probe failed (RuntimeError: no child "
+                                                    "process)")]
 
 
 def test_bad_arguments_are_refused():

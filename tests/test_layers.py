@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parents[1]
 ROOTS = {"gpusim": "gpusim", "envs": "gpusim.envs", "training": "gpusim.training",
          "cuda_kernels": "gpusim.cuda_kernels"}
 # The public namespace and the `python -m` entry points sit above every layer.
-FACADE = {"gpusim", "gpusim.train", "gpusim.plot", "gpusim.evaluate", "gpusim.render"}
+FACADE = {"gpusim", "gpusim.train", "gpusim.plot", "gpusim.evaluate", "gpusim.render",
+          "gpusim.doctor"}
 ALLOWED = {
     "runtime": {"runtime"},
     "envs": {"runtime", "envs"},

@@ -13,10 +13,10 @@ A backend module is imported only when its backend is chosen.
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 
 from gpusim.backends.base import Backend, Kernel, set_build_once
+from gpusim.cpu_threads import usable_cores
 from gpusim.errors import BackendError
 
 _BACKEND_CLASSES = {  # name -> "module:class"; each class checks that it can run here
@@ -54,14 +54,6 @@ def get_backend(name: str = "auto", device_index: int = 0, quiet: bool = False) 
             print(f"gpusim: backend auto -> {name} ({why})", file=sys.stderr)
     module, _, cls = _BACKEND_CLASSES[name].partition(":")
     return getattr(importlib.import_module(module), cls)(device_index)
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity where the OS tells)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def check_process_count(name: str, num_procs: int, oversubscribe: bool = False):

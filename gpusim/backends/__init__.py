@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-from gpusim.backends.base import Backend, Kernel, set_build_once
+from gpusim.backends.base import Backend, Kernel, set_build_once, set_compile_reporter
 from gpusim.cpu_threads import usable_cores
 from gpusim.errors import BackendError
 
@@ -85,4 +85,4 @@ def check_process_count(name: str, num_procs: int, oversubscribe: bool = False):
 
 
 __all__ = ["Backend", "Kernel", "BACKEND_NAMES", "get_backend", "cuda_works",
-           "check_process_count", "set_build_once", "usable_cores"]
+           "check_process_count", "set_build_once", "set_compile_reporter", "usable_cores"]

@@ -1,6 +1,7 @@
 """The backend interface, the compiled-kernel type, and the compile cache shared by all backends."""
 from __future__ import annotations
 
+import contextlib
 import re
 from typing import Callable, TypeVar
 
@@ -14,6 +15,9 @@ T = TypeVar("T")
 BuildOnce = Callable[[str, Callable[[], T]], T]
 
 _build_once: BuildOnce | None = None  # installed by the multi-process layer
+# reporter(backend name, kernel name) -> a context manager around each build; installed by
+# whoever shows progress (the training CLI), none by default
+_compile_reporter: Callable[[str, str], contextlib.AbstractContextManager] | None = None
 
 
 def set_build_once(hook: BuildOnce | None):
@@ -21,6 +25,13 @@ def set_build_once(hook: BuildOnce | None):
     others after it), or None for a lone process (build directly)."""
     global _build_once
     _build_once = hook
+
+
+def set_compile_reporter(reporter):
+    """reporter(backend name, kernel name) -> a context manager entered around every
+    compile (a load from the compile cache too), or None for none."""
+    global _compile_reporter
+    _compile_reporter = reporter
 
 
 def meminfo_bytes(field: str) -> int:
@@ -102,7 +113,9 @@ class Backend:
         key = (type(self).__name__, spec)
         if key not in Backend._compiled:
             def build():
-                return self._build(spec, s, p)
+                report = _compile_reporter or (lambda *names: contextlib.nullcontext())
+                with report(self.name, spec.name):
+                    return self._build(spec, s, p)
             Backend._compiled[key] = (build() if _build_once is None else
                                       _build_once(f"compile {self.name} {spec.name}", build))
         return Backend._compiled[key]

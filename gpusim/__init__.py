@@ -4,6 +4,12 @@ This namespace is the public facade: it re-exports the runtime's API, and
 `make`, `register` and `env_names` from the env table in `gpusim.envs`
 (imported on first use, since the envs are built on the runtime).
 """
+# First, before torch or numba load their OpenMP runtimes, which read it once:
+# idle pool threads sleep rather than spin (unless the user chose; gpusim.cpu_threads).
+from gpusim import cpu_threads as _cpu_threads
+
+_cpu_threads.early_defaults()
+
 from gpusim.backends import get_backend
 from gpusim.check import check_env
 from gpusim.env import Env

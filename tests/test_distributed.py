@@ -133,32 +133,6 @@ def test_one_rank_failing_stops_every_rank_with_its_message(tmp_path):
     assert "Traceback" not in done.stderr
 
 
-@pytest.mark.parametrize("local_world, torch_threads", [(1, 0), (1, 1), (2, 0), (1, 64)])
-def test_cpu_thread_pools_never_exceed_the_cores(monkeypatch, local_world, torch_threads):
-    """torch's and numba's pools share the calling thread: torch + numba - 1 <= cores."""
-    from gpusim.scale.device import DeviceContext, split_threads, usable_cores
-    before = torch.get_num_threads(), numba.get_num_threads()
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(local_world))
-    monkeypatch.setenv("WORLD_SIZE", str(local_world))
-    try:
-        context = DeviceContext.from_environment()
-        cores = max(1, usable_cores() // local_world)
-        if torch_threads > cores:  # refused, not silently capped
-            with pytest.raises(GpusimError, match=f"torch_threads={torch_threads} exceeds"):
-                context.bind("cpu", quiet=True, torch_threads=torch_threads)
-            return
-        context.bind("cpu", quiet=True, torch_threads=torch_threads)
-        assert context.cores() == cores
-        used = torch.get_num_threads(), numba.get_num_threads()
-        assert used == split_threads(cores, torch_threads)
-        assert used[0] + used[1] - 1 == cores and min(used) >= 1
-        if torch_threads:
-            assert used[0] == torch_threads
-    finally:
-        torch.set_num_threads(before[0])
-        numba.set_num_threads(before[1])
-
-
 def test_more_gpus_than_exist_is_a_clear_error(capsys):
     from gpusim.train import main
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from gpusim.backends import BACKEND_NAMES, check_process_count
+from gpusim.backends import BACKEND_NAMES, check_process_count, set_compile_reporter
 from gpusim.config import load_yaml
 from gpusim.envs import env_class, env_names
 from gpusim.errors import GpusimError, describe, exit_code, writing
@@ -30,7 +30,7 @@ from .autoscale import auto_scale
 from .algorithms import ALGORITHMS
 from .config import config_reference, load_run_config, load_run_dir_config, recipe_path
 from .evaluate import evaluate
-from .logger import RunLogger, new_run_dir
+from .logger import CompileReport, RunLogger, new_run_dir
 from .loop import Stopped, Trainer
 
 FLAG_KEYS = {"algorithm": "trainer.algorithm", "backend": "trainer.backend", "num_envs": "trainer.num_envs",
@@ -188,14 +188,18 @@ def train(args, context) -> int:
     distributed.init(context, config.scale.timeout_s, config.scale.collective_timeout_s)
     # before anything is written: bf16 on a CPU that cannot run it stops here, in one line
     resolve_precision(config.trainer.precision, context.device)
-    if args.auto_scale:
-        config = auto_scale(config, cls, context)
-    state = checkpoint.load_latest(Path(args.resume) / "checkpoints") if args.resume else None
+    compiling = CompileReport(config.env_name) if context.is_main and not args.quiet else None
+    set_compile_reporter(compiling)
     logger = run_dir = None
     try:
+        if args.auto_scale:
+            config = auto_scale(config, cls, context)
+        state = checkpoint.load_latest(Path(args.resume) / "checkpoints") if args.resume else None
         # Built before the run directory: a config the env or the device refuses (sac on
         # discrete actions, tf32 on a CPU) leaves no empty run directory behind.
         trainer = Trainer(config, cls, context)
+        if compiling is not None:
+            compiling.finish()
         if context.is_main:
             run_dir, logger = open_run_dir(args, config, context)
             trainer.attach_logger(logger)
@@ -219,6 +223,7 @@ def train(args, context) -> int:
             print(resume_hint(run_dir), file=sys.stderr, flush=True)
         return 130
     finally:
+        set_compile_reporter(None)
         if logger is not None:
             logger.close()
     if not context.is_main:

@@ -1,11 +1,14 @@
-"""The run directory: resolved config, metrics.jsonl, TensorBoard events, checkpoints."""
+"""The run directory: resolved config, metrics.jsonl, TensorBoard events, checkpoints; and
+what a run prints while it works: progress, and a note while kernels compile."""
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import math
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -15,6 +18,11 @@ from gpusim.errors import GpusimError, writing
 
 from . import checkpoint, metrics
 from .tensorboard import ScalarWriter, drop_steps_after
+
+
+PROGRESS_EVERY_S = 30.0  # in a log (not a terminal): a progress line at least this often
+COMPILE_NOTICE_AFTER_S = 2.0  # a build still running after this is a compile (loads from the
+                              # compile cache take a fraction of it) and is announced
 
 
 def new_run_dir(results_dir, env_name: str, seed: int) -> Path:
@@ -83,6 +91,7 @@ class RunLogger:
         self._bar = None
         self._rate = None
         self._first = None  # the first iteration this process logged (after a resume: later)
+        self._last_log = self._last_line = None  # monotonic times of the last row, last line
 
     def resume_from(self, iteration: int, env_steps: int):
         """Drop what was logged after the checkpoint the run resumes from."""
@@ -139,13 +148,26 @@ class RunLogger:
             self._bar.set_postfix_str(status, refresh=False)
             self._bar.update(it - self._bar.n)
             return
-        if it % max(1, self.total // 20) and it != self.total:
+        if not self._line_due(it):
             return
         elapsed = m["time_s"]
         done = it - self._first + 1
         eta = (self.total - it) * elapsed / max(1, done) if self._first is not None else 0.0
         print(f"{it}/{self.total} | {m['env_steps']:,} steps | elapsed {elapsed:,.0f} s | "
               f"ETA {eta:,.0f} s | {status}", file=sys.stderr, flush=True)
+
+    def _line_due(self, it: int) -> bool:
+        """Whether a log gets a line for iteration `it`: the first, every twentieth of the
+        run, the last, and whenever waiting for the next would leave PROGRESS_EVERY_S
+        without one."""
+        now = time.monotonic()
+        gap = now - self._last_log if self._last_log is not None else 0.0  # an iteration
+        self._last_log = now
+        due = (self._last_line is None or it % max(1, self.total // 20) == 0
+               or it == self.total or now - self._last_line + gap >= PROGRESS_EVERY_S)
+        if due:
+            self._last_line = now
+        return due
 
     def checkpoint(self, iteration: int, state: dict):
         checkpoint.save(self.checkpoint_dir, iteration, state)
@@ -156,3 +178,57 @@ class RunLogger:
         if self.tensorboard is not None:
             self.tensorboard.close()
         self._lock.close()
+
+
+class CompileReport:
+    """What a log shows while kernels compile, as the backends' compile reporter
+    (gpusim.backends.set_compile_reporter): one line when a compile starts (a build still
+    running after COMPILE_NOTICE_AFTER_S; loads from the compile cache print nothing), and
+    one with the time it took: at `finish` for the run's set-up, at the end of a build
+    for one that starts later."""
+
+    def __init__(self, env_name: str, stream=None, notice_after_s: float = COMPILE_NOTICE_AFTER_S):
+        self.env_name = env_name
+        self.stream = stream if stream is not None else sys.stderr
+        self.notice_after_s = notice_after_s
+        self.set_up = False   # finish() was called: later compiles report their own end
+        self.announced = False
+        self.seconds = 0.0    # builds' time since the last end line
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def __call__(self, backend: str, kernel: str):
+        start = time.perf_counter()
+        timer = threading.Timer(self.notice_after_s, self._announce, (backend,))
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.cancel()
+            timer.join()  # an announcement under way is printed before the end line
+            with self._lock:
+                self.seconds += time.perf_counter() - start
+            if self.set_up:
+                self._end()
+
+    def _announce(self, backend: str):
+        with self._lock:
+            if self.announced:
+                return
+            self.announced = True
+        print(f"compiling {self.env_name}'s kernels for the {backend} backend (first run "
+              f"only: later runs load them from the compile cache)", file=self.stream,
+              flush=True)
+
+    def _end(self):
+        with self._lock:
+            announced, seconds = self.announced, self.seconds
+            self.announced, self.seconds = False, 0.0
+        if announced:
+            print(f"compiled in {seconds:.1f} s", file=self.stream, flush=True)
+
+    def finish(self):
+        """The run's set-up is over: the end line of what compiled during it."""
+        self.set_up = True
+        self._end()

@@ -34,6 +34,7 @@ from gpusim.scale.device import DeviceContext
 from .algorithms import algorithm_class
 from .config import RunConfig
 from .timing import SectionTimer
+from .work import run_work
 
 RECENT_EPISODES = 100
 CHECKPOINT_FORMAT = 2  # the layout of a checkpoint: loop state, "algorithm", "ranks"
@@ -97,6 +98,7 @@ class Trainer:
         if context is None:
             context = DeviceContext()
             context.bind(t.backend, quiet=True, torch_threads=t.torch_threads)
+        self.context = context
         self.distributed = context.world_size > 1
         self.rank = context.rank
         self.world_size = context.world_size
@@ -104,6 +106,7 @@ class Trainer:
                              config=config.env, env_offset=context.replica_offset(t.num_envs))
         self.timer = SectionTimer(self.env.device)
         self.algorithm = algorithm_class(t.algorithm)(config, self.env, context, self.timer)
+        context.fit_threads(run_work(config, self.env))
         self.logger = logger
         self.steps_per_iteration = t.steps_per_iteration * self.world_size  # all ranks
         self.num_iterations = t.num_iterations(self.world_size)
@@ -124,7 +127,9 @@ class Trainer:
     # ---- one iteration ---------------------------------------------------------------
     def iterate(self, lr: float) -> dict:
         """A rollout, then an update of every policy: their statistics."""
+        self.context.use_threads("rollout")
         self.algorithm.collect(self.env_steps)
+        self.context.use_threads("update")
         with self.timer("update"):
             return self.algorithm.update(lr)
 

@@ -13,10 +13,11 @@ A backend module is imported only when its backend is chosen.
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 
-from gpusim.backends.base import Backend, Kernel, is_resource_error, set_build_once
+from gpusim.backends.base import (Backend, Kernel, is_resource_error, set_build_once,
+                                  set_compile_reporter)
+from gpusim.cpu_threads import usable_cores
 from gpusim.errors import BackendError
 
 _BACKEND_CLASSES = {  # name -> "module:class"; each class checks that it can run here
@@ -51,14 +52,6 @@ def get_backend(name: str = "auto", device_index: int = 0, quiet: bool = False) 
     return getattr(importlib.import_module(module), cls)(device_index)
 
 
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity where the OS tells)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
 def check_process_count(name: str, num_procs: int, oversubscribe: bool = False):
     """Refuse to start `num_procs` processes (one per device) where the devices are missing.
 
@@ -88,4 +81,5 @@ def check_process_count(name: str, num_procs: int, oversubscribe: bool = False):
 
 
 __all__ = ["Backend", "Kernel", "BACKEND_NAMES", "get_backend", "cuda_works",
-           "check_process_count", "is_resource_error", "set_build_once", "usable_cores"]
+           "check_process_count", "is_resource_error", "set_build_once",
+           "set_compile_reporter", "usable_cores"]

@@ -1,6 +1,7 @@
 """The backend interface, the compiled-kernel type, and the compile cache shared by all backends."""
 from __future__ import annotations
 
+import contextlib
 import re
 from typing import Callable, TypeVar
 
@@ -14,6 +15,9 @@ T = TypeVar("T")
 BuildOnce = Callable[[str, Callable[[], T]], T]
 
 _build_once: BuildOnce | None = None  # installed by the multi-process layer
+# reporter(backend name, kernel name) -> a context manager around each build; installed by
+# whoever shows progress (the training CLI), none by default
+_compile_reporter: Callable[[str, str], contextlib.AbstractContextManager] | None = None
 
 
 def set_build_once(hook: BuildOnce | None):
@@ -68,6 +72,13 @@ def _says_resources(exc: BaseException) -> bool:
         return True
     text = str(exc).lower()
     return any(phrase.lower() in text for phrase in RESOURCE_ERRORS)
+
+
+def set_compile_reporter(reporter):
+    """reporter(backend name, kernel name) -> a context manager entered around every
+    compile (a load from the compile cache too), or None for none."""
+    global _compile_reporter
+    _compile_reporter = reporter
 
 
 def meminfo_bytes(field: str) -> int:
@@ -148,8 +159,11 @@ class Backend:
         """
         key = (type(self).__name__, spec)
         if key not in Backend._compiled:
-            Backend._compiled[key] = build_once(f"compile {self.name} {spec.name}",
-                                                lambda: self._build(spec, s, p))
+            def build():
+                report = _compile_reporter or (lambda *names: contextlib.nullcontext())
+                with report(self.name, spec.name):
+                    return self._build(spec, s, p)
+            Backend._compiled[key] = build_once(f"compile {self.name} {spec.name}", build)
         return Backend._compiled[key]
 
     def _build(self, spec: kernels.KernelSpec, s, p) -> Kernel:

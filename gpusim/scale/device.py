@@ -8,12 +8,15 @@ cores, before anything else touches the device.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, replace
 
 import torch
 
-from gpusim.backends import Backend, get_backend, usable_cores
+from gpusim import cpu_threads
+from gpusim.backends import Backend, get_backend
 from gpusim.errors import GpusimError
+from gpusim.scale import threads
 
 RANK_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
 
@@ -28,10 +31,15 @@ def _env_int(name: str, default: int) -> int:
         raise GpusimError(f"environment variable {name} must be an integer, got '{raw}'") from None
 
 
-def split_threads(cores: int, torch_threads: int = 0) -> tuple[int, int]:
-    """(torch threads, numba threads) whose pools, sharing the calling thread, fill `cores`."""
-    torch_count = min(torch_threads, cores) if torch_threads else cores
-    return torch_count, cores - torch_count + 1
+_warned_spinning = False
+
+
+def _warn_spinning():
+    global _warned_spinning
+    _warned_spinning = True
+    print("gpusim: torch was imported before gpusim, so its OpenMP threads spin between "
+          "parallel regions (taking cores other processes need); import gpusim first or "
+          "set OMP_WAIT_POLICY=PASSIVE", file=sys.stderr)
 
 
 @dataclass
@@ -41,6 +49,9 @@ class DeviceContext:
     world_size: int = 1
     local_world_size: int = 1
     backend: Backend | None = None
+    torch_threads: int = 0              # trainer.torch_threads (0: decided by the work)
+    cpu_cores: int = 0                  # the cores this process may use (0: look them up)
+    thread_plan: threads.ThreadPlan | None = None  # on a CPU, once bound: the counts in use
 
     @classmethod
     def from_environment(cls) -> "DeviceContext":
@@ -62,7 +73,8 @@ class DeviceContext:
 
     def alone(self) -> "DeviceContext":
         """This process's device as a lone process (for auto-scale trials: no DDP, offset 0)."""
-        return DeviceContext(backend=self.backend)
+        return replace(self, rank=0, local_rank=0, world_size=1, local_world_size=1,
+                       cpu_cores=self.cores())
 
     @property
     def is_main(self) -> bool:
@@ -78,11 +90,9 @@ class DeviceContext:
              torch_threads: int = 0) -> Backend:
         """Bind this process to its device: `cuda:local_rank`, or its share of the CPU cores.
 
-        On the CPU, torch (the learner) and numba (the env kernels) each keep a
-        thread pool that includes the calling thread, so together they run
-        torch + numba - 1 threads. That never exceeds the process's cores:
-        torch gets `torch_threads` (0: all of them), numba the rest plus the
-        calling thread. Oversubscribed pools spin against each other.
+        On the CPU every thread pool starts with one thread (or what the user set:
+        `torch_threads`, OMP_NUM_THREADS, NUMBA_NUM_THREADS; gpusim.scale.threads)
+        until `fit_threads` knows the run's work.
         """
         self.backend = get_backend(backend_name, device_index=self.local_rank,
                                    quiet=quiet or not self.is_main)
@@ -90,15 +100,39 @@ class DeviceContext:
             if torch_threads > self.cores():
                 raise GpusimError(f"trainer.torch_threads={torch_threads} exceeds the "
                                   f"{self.cores()} cores this process may use")
-            torch_count, numba_count = split_threads(self.cores(), torch_threads)
-            torch.set_num_threads(torch_count)
-            import numba
-            numba.set_num_threads(min(numba_count, numba.config.NUMBA_NUM_THREADS))
+            self.torch_threads = torch_threads
+            self.fit_threads(None)
         return self.backend
 
+    def fit_threads(self, work: threads.Work | None):
+        """Choose the CPU thread counts for `work` (gpusim.scale.threads) and start the
+        rollout's; nothing on a GPU device."""
+        if self.backend is None or self.backend.device.type != "cpu":
+            return
+        self.thread_plan = threads.plan(self.cores(), work, self.torch_threads)
+        self.use_threads("rollout")
+        plan = self.thread_plan
+        if max(plan.rollout_torch, plan.update_torch) > 1 and cpu_threads.torch_loaded_first \
+                and self.is_main and not _warned_spinning:
+            _warn_spinning()
+
+    def use_threads(self, phase: str):
+        """Set the thread counts of `phase` ("rollout" or "update") in this thread."""
+        plan = self.thread_plan
+        if plan is None:
+            return
+        count = plan.rollout_torch if phase == "rollout" else plan.update_torch
+        if torch.get_num_threads() != count:
+            torch.set_num_threads(count)
+        import numba
+        numba.set_num_threads(min(plan.numba, numba.config.NUMBA_NUM_THREADS))
+
     def cores(self) -> int:
-        """The cores this process may use: its affinity, shared by the processes here."""
-        return max(1, usable_cores() // self.local_world_size)
+        """The cores this process may use: its affinity and cgroup quota, shared by the
+        processes of this machine."""
+        if self.cpu_cores:
+            return self.cpu_cores
+        return max(1, cpu_threads.usable_cores() // self.local_world_size)
 
     # ---- memory --------------------------------------------------------------
     def memory(self) -> tuple[int, int]:

@@ -3,9 +3,11 @@ run in a child process."""
 import functools
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -13,6 +15,22 @@ import torch
 
 import gpusim
 from gpusim.backends import cuda_works
+
+
+_own_basetemp = None
+
+
+def pytest_configure(config):
+    """A temporary root of the session's own (unless --basetemp is given): suites run side by
+    side on one machine never share pytest's numbered directories, nor write the same files."""
+    global _own_basetemp
+    if config.option.basetemp is None and not hasattr(config, "workerinput"):
+        _own_basetemp = config.option.basetemp = tempfile.mkdtemp(prefix="gpusim-tests-")
+
+
+def pytest_unconfigure(config):
+    if _own_basetemp is not None:
+        shutil.rmtree(_own_basetemp, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -151,8 +151,8 @@ class RunLogger:
         if not self._line_due(it):
             return
         elapsed = m["time_s"]
-        done = it - self._first + 1
-        eta = (self.total - it) * elapsed / max(1, done) if self._first is not None else 0.0
+        done = it - (self._first if self._first is not None else it) + 1
+        eta = (self.total - it) * elapsed / done
         print(f"{it}/{self.total} | {m['env_steps']:,} steps | elapsed {elapsed:,.0f} s | "
               f"ETA {eta:,.0f} s | {status}", file=sys.stderr, flush=True)
 

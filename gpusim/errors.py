@@ -168,10 +168,15 @@ def _debug_hint() -> str:
 
 
 def _same_file(a: str, b: str) -> bool:
+    """Whether two code paths name the same source file. Kernels loaded from the compile
+    cache keep the path they were compiled from (another checkout of the same code, a
+    deleted temporary folder): the file's name decides there."""
     try:
-        return os.path.samefile(a, b)
+        if os.path.samefile(a, b):
+            return True
     except OSError:
-        return os.path.basename(a) == os.path.basename(b)
+        pass
+    return os.path.basename(a) == os.path.basename(b)
 
 
 _PIPELINE_LINE = re.compile(r"^(Failed in .* pipeline|During: |File \"|<source elided>)")

@@ -25,7 +25,8 @@ def fresh(monkeypatch, tmp_path):
     monkeypatch.setenv("GPUSIM_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(cpu_bf16, "_memo", {})
     monkeypatch.setattr(cpu_bf16, "_prepared", {})
-    return monkeypatch
+    yield monkeypatch
+    os.environ.pop(ISA, None)  # what prepare() set (monkeypatch then restores the user's own)
 
 
 def test_the_probe_answers_on_this_cpu(fresh):

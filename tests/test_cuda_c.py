@@ -567,3 +567,17 @@ def test_cuda_c_backend_unavailable_is_one_clear_error(name):
         assert message.startswith("backend 'cuda_c' is unavailable: torch sees no CUDA GPU")
         assert "pip install gpusim[cuda12]" in message and "\n" not in message
         assert err.value.__cause__ is None
+
+
+def test_an_nvrtc_compile_leaves_python_and_torch_intact(nvrtc, tmp_path):
+    """NVRTC writes its (empty) log into the buffer it is given: never into a bytes object
+    Python shares (the 1-byte b" "), which once broke every later torch.load in the process."""
+    import io
+    source = tmp_path / "clean.cu"
+    source.write_text('extern "C" __global__ void k(int* x) { x[0] = 1; }\n')
+    _, log = nvrtc.compile_with_log(source, [kernel_dir()], "sm_90", "ptx")
+    assert log == "" and b" " == bytes([32]) and b" ".decode() == " "
+    buffer = io.BytesIO()
+    torch.save({"u": torch.zeros(128, dtype=torch.uint8)}, buffer)
+    buffer.seek(0)
+    assert torch.load(buffer, weights_only=True)["u"].shape == (128,)

@@ -379,7 +379,7 @@ class Nvrtc:
 
     def _log(self, program) -> str:
         (size,) = self._checked(self.nvrtc.nvrtcGetProgramLogSize(program), "log size")
-        log = b" " * size
+        log = _out_buffer(size)
         self._checked(self.nvrtc.nvrtcGetProgramLog(program, log), "log")
         return log.decode(errors="replace").rstrip("\x00 \n")
 
@@ -405,11 +405,21 @@ class Nvrtc:
             get_size, get = ((nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN) if output == "cubin"
                              else (nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX))
             (size,) = self._checked(get_size(program), f"{output} size")
-            image = b" " * size
+            image = _out_buffer(size)
             self._checked(get(program, image), output)
-            return image, self._log(program)
+            return image[:size], self._log(program)
         finally:
             nvrtc.nvrtcDestroyProgram(program)
+
+
+def _out_buffer(size: int) -> bytes:
+    """A fresh bytes object for NVRTC to write `size` bytes into (cuda-bindings' convention).
+
+    Never shorter than 2: Python shares one object for each 1-byte and the empty bytes, and
+    NVRTC writing an empty log's NUL into the shared b" " breaks every later use of it
+    (torch.save and torch.load among them).
+    """
+    return b" " * max(size, 2)
 
 
 class NvrtcLibrary:

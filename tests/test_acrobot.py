@@ -33,7 +33,7 @@ def random_acrobot_state(rng, num_envs, max_steps):
 
 
 @pytest.mark.parametrize("backend, num_envs, steps, refresh_every",
-                         [("cpu", 64, 300, 20), ("cudasim", 2, 40, 4)])
+                         [("cpu", 16, 300, 20), ("cudasim", 2, 40, 4)])
 def test_matches_gymnasium(backend, num_envs, steps, refresh_every):
     env = gpusim.make("acrobot", num_envs=num_envs, backend=backend, seed=1)
     env.reset()

@@ -132,6 +132,7 @@ class FakeBackend:
         self.freed += 1
 
 
+@pytest.mark.slow
 def test_searcher_counts_oom_as_failure_and_aborts_on_other_errors():
     backend = FakeBackend()
 
@@ -155,6 +156,7 @@ def test_searcher_counts_oom_as_failure_and_aborts_on_other_errors():
         Searcher("n", broken, backend, 2**40, 1000, log=lambda *a: None).run()
 
 
+@pytest.mark.slow
 def test_searcher_measures_peak_memory_against_its_limit():
     import numpy as np
     backend = FakeBackend()
@@ -184,6 +186,7 @@ def test_parse_size_rejects(text):
         parse_size(text)
 
 
+@pytest.mark.slow
 def test_memory_objective_picks_fit_and_next_step_up_does_not(tmp_path, capsys):
     """A real `--auto_scale` (objective memory) on tag_continuous under a small budget."""
     from gpusim.train import main
@@ -227,6 +230,7 @@ def test_memory_objective_picks_fit_and_next_step_up_does_not(tmp_path, capsys):
     assert (rerun.trainer.num_envs, rerun.trainer.rollout_len) == (num_envs, rollout_len)
 
 
+@pytest.mark.slow
 def test_throughput_objective_run_reports_every_trial_and_its_speedup(tmp_path, capsys):
     """A real `--auto_scale` (the default throughput objective) on a small tag_continuous."""
     from gpusim.train import main
@@ -279,6 +283,7 @@ def test_format_size():
     assert sizes.format_size(None) == "-"
 
 
+@pytest.mark.slow
 def test_auto_scale_with_two_processes_agrees_on_the_picks(tmp_path):
     """Both ranks search; the run uses the minimum, and rank 0 records it."""
     import os

@@ -22,7 +22,7 @@ def random_cartpole_state(rng, num_envs, max_steps):
     return state
 
 
-@pytest.mark.parametrize("backend, num_envs, steps", [("cpu", 64, 300), ("cudasim", 2, 200)])
+@pytest.mark.parametrize("backend, num_envs, steps", [("cpu", 16, 300), ("cudasim", 2, 200)])
 def test_matches_gymnasium(backend, num_envs, steps):
     env = gpusim.make("cartpole", num_envs=num_envs, backend=backend, seed=1)
     env.reset()

@@ -108,6 +108,7 @@ def _digest(folder: Path) -> dict:
             for p in sorted(folder.rglob("*")) if p.is_file() and p.name != ".lock"}
 
 
+@pytest.mark.slow
 def test_a_faulting_cpu_stops_a_bf16_run_in_one_line_with_its_files_intact(tmp_path):
     env = dict(os.environ)
     env.pop(ISA, None)

@@ -99,6 +99,7 @@ def run_training(args, root: Path):
     assert metrics and metrics[-1]["env_steps"] == 256
 
 
+@pytest.mark.slow
 def test_section_a_runs(guide_dir):
     ran = run_section("a", guide_dir)
     assert ran == {"python": 2, "checked_output": 1, "train": 1}

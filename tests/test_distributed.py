@@ -89,6 +89,7 @@ def test_two_rank_gloo_ddp_keeps_parameters_identical_and_replicas_distinct(tmp_
     assert r0["summary"]["episodes"] == r1["summary"]["episodes"] > 0
 
 
+@pytest.mark.slow
 def test_two_cpu_processes_through_the_cli_and_resume(tmp_path):
     argv = [sys.executable, "-m", "gpusim.train", *CARTPOLE_FLAGS, "--num_gpus", "2",
             "--results_dir", str(tmp_path)]
@@ -120,6 +121,7 @@ class FailingCartPole(CartPole):
         return super().step(actions)
 
 
+@pytest.mark.slow
 def test_one_rank_failing_stops_every_rank_with_its_message(tmp_path):
     argv = [sys.executable, "-m", "gpusim.train", "--env", "test_distributed:FailingCartPole",
             "--backend", "cpu", "--num_gpus", "2", "--total_steps", "100000", "--quiet",
@@ -241,6 +243,7 @@ def ctrl_c_proof_worker(_):
     return 0
 
 
+@pytest.mark.slow
 def test_first_ctrl_c_is_left_to_the_ranks_the_second_stops_them():
     code = ("import test_distributed as t; from gpusim.scale import distributed as d; "
             "d.launch(2, t.ctrl_c_proof_worker, None)")
@@ -270,6 +273,7 @@ def test_scale_waits_must_be_positive_and_at_most_a_week(key):
 
 
 # ---- torchrun -----------------------------------------------------------------------
+@pytest.mark.slow
 def test_torchrun_one_node_two_processes(tmp_path):
     argv = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
             "--master_port", str(free_port()), "-m", "gpusim.train", *CARTPOLE_FLAGS,
@@ -280,6 +284,7 @@ def test_torchrun_one_node_two_processes(tmp_path):
     assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 3
 
 
+@pytest.mark.slow
 def test_torchrun_two_nodes_over_loopback(tmp_path):
     port = str(free_port())
     nodes = [subprocess.Popen(
@@ -394,6 +399,7 @@ def package_files():
     return found
 
 
+@pytest.mark.slow
 def test_compile_cache_shared_by_concurrent_processes_and_outside_the_package(tmp_path):
     """Two processes compile the same kernels into a fresh cache at once; a third loads them."""
     before = package_files()

@@ -11,6 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 def test_dry_run_checks_every_step(tmp_path):
     run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_proof.py"), "--dry-run",
                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)

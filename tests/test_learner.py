@@ -67,6 +67,7 @@ def test_minibatch_rows_are_capped(monkeypatch):
     assert seen == [50, 50, 28, 50, 50, 28]
 
 
+@pytest.mark.slow
 @in_child_process
 def test_bf16_autocast_gradients_agree_with_fp32():
     """bf16 matmuls, fp32 weights and reductions: the gradient's direction is the fp32 one."""

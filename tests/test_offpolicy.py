@@ -131,6 +131,7 @@ def sac_worker(out_dir):
     return 0
 
 
+@pytest.mark.slow
 def test_two_gloo_ranks_keep_sac_parameters_identical(tmp_path):
     distributed.launch(2, sac_worker, str(tmp_path), timeout_s=120)
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2))

@@ -44,7 +44,7 @@ def random_torques(rng, num_envs):
 
 
 @pytest.mark.parametrize("backend, num_envs, steps, refresh_every", [
-    ("cpu", 64, 300, 20),
+    ("cpu", 16, 300, 20),
     ("cudasim", 2, 40, 4),
     pytest.param("numba", 256, 300, 20, marks=pytest.mark.gpu),
 ])

@@ -112,6 +112,7 @@ def test_cpu_matches_reference(name):
     assert counts["tags"] > 0
 
 
+@pytest.mark.slow
 def test_cudasim_matches_reference():
     counts = run_against_reference("cudasim", num_envs=2, steps=200, num_taggers=1, num_runners=1,
                                    num_other_agents_observed=1, tagging_distance=0.1,

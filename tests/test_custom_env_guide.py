@@ -105,11 +105,13 @@ def test_section_a_runs(guide_dir):
     assert ran == {"python": 2, "checked_output": 1, "train": 1}
 
 
+@pytest.mark.slow
 def test_section_b_runs(guide_dir):
     ran = run_section("b", guide_dir)
     assert ran == {"python": 2, "checked_output": 0, "train": 0}
 
 
+@pytest.mark.slow
 def test_section_c_runs(guide_dir):
     """The CUDA C env passes check_env against its NumPy reference and the portable phases."""
     from cuda_host.host_backend import compiler_problem

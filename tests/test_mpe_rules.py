@@ -52,7 +52,8 @@ def test_tag_terminates_once_every_good_agent_is_caught(envs):
 
 @pytest.mark.parametrize("name, config", [
     ("simple_spread", dict(N=128)),
-    ("simple_spread", dict(N=150, num_agent_neighbors=6, num_landmark_neighbors=6)),
+    pytest.param("simple_spread", dict(N=150, num_agent_neighbors=6, num_landmark_neighbors=6),
+                 marks=pytest.mark.slow),
     ("simple_tag", dict(num_adversaries=5, num_good=100)),
 ])
 def test_hundreds_of_agents_per_replica_step_as_in_mpe2(envs, name, config):

@@ -57,7 +57,7 @@ def test_divergence_stops_the_run_naming_the_policy(tmp_path, capsys):
         assert all(r["iteration"] < failed_at for r in metrics_of(run_dir))
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)])
 def test_a_signal_checkpoints_the_current_iteration_and_resume_is_exact(tmp_path, sig):
     total = ["--total_steps", str(256 * 12)]
     every = ["--set", "trainer.checkpoint_every=1000"]  # no regular checkpoint would happen

@@ -102,7 +102,8 @@ def run_against_reference(backend, num_envs, steps, seed=0, refresh_every=25,
     return counts
 
 
-@pytest.mark.parametrize("name", list(CONFIGS))
+@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.slow) if name == "5+100" else name
+                                  for name in CONFIGS])
 def test_cpu_matches_reference(name):
     config = dict(CONFIGS[name])
     num_envs = config.pop("num_envs")

@@ -23,6 +23,7 @@ RECALL = {"trainer.num_envs": 64, "trainer.rollout_len": 16, "trainer.lr": 3e-3,
 
 
 @pytest.mark.slow
+@pytest.mark.learning
 @pytest.mark.parametrize("recurrent", ["gru", "lstm"])
 def test_a_recurrent_policy_recalls_the_cue_and_a_feed_forward_one_cannot(recurrent):
     """The cue shows at the first step only; naming it at the last pays +1, else -1."""
@@ -137,6 +138,7 @@ def test_masked_log_probs_and_entropy_cover_the_legal_set_only():
 
 
 @pytest.mark.slow
+@pytest.mark.learning
 def test_masks_make_learning_faster():
     """With the legal set as the mask no episode ends early; the same budget gets closer
     to the best return (one target per step: episode_length)."""

@@ -225,6 +225,7 @@ def test_plot_writes_pngs(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.learning
 @pytest.mark.parametrize("env, target, budget", [
     ("cartpole", 475, 500_000),
     ("acrobot", -100, 500_000),

@@ -290,6 +290,7 @@ def one_thread_each():
 
 
 @pytest.mark.slow
+@pytest.mark.learning
 def test_sb3_ppo_solves_cartpole():
     """rl-zoo's CartPole-v1 PPO recipe until the last 100 episodes average >= 475.
 

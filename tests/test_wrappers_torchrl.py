@@ -429,6 +429,7 @@ def test_docs_show_the_tested_example():
 
 
 @pytest.mark.slow
+@pytest.mark.learning
 @quiet_collectors
 def test_ppo_example_learns_cartpole():
     namespace = {}

@@ -19,7 +19,8 @@ medians (with hog / quiet). gpusim's throughput is its training time's
 (the "done:" line: compiling and start-up excluded); SB3's is `learn`'s.
 
 `--baseline DIR` also runs the gpusim workloads from another checkout (its
-`.venv`), side by side, e.g. the commit before a change.
+`.venv`), side by side, e.g. the commit before a change; repeat it for more
+checkouts (rows named by the folder).
 """
 from __future__ import annotations
 
@@ -91,15 +92,16 @@ def sb3_in_child() -> float:
     return float(done.stdout.split()[-1])
 
 
-def workloads(baseline: Path | None, results: str) -> dict:
+def workloads(baselines: list[Path], results: str) -> dict:
     """name -> a function running it once and returning env steps per second."""
     here = Path(sys.executable)
     out = {}
     for name, args in GPUSIM_WORKLOADS.items():
         out[f"gpusim {name}"] = lambda a=args: run_gpusim(str(here), ROOT, a, results)
-        if baseline is not None:
-            python = str(baseline / ".venv" / "bin" / "python")
-            out[f"baseline {name}"] = lambda a=args: run_gpusim(python, baseline, a, results)
+        for tree in baselines:
+            python = str(tree / ".venv" / "bin" / "python")
+            out[f"{tree.name} {name}"] = \
+                lambda a=args, p=python, t=tree: run_gpusim(p, t, a, results)
     if sb3_missing() is None:
         out[SB3_NAME] = sb3_in_child
     return out
@@ -135,7 +137,7 @@ def cell(values: list[float]) -> str:
     return f"{statistics.median(values):,.0f} ({min(values):,.0f}-{max(values):,.0f})"
 
 
-def report(rates: dict, names: list[str]):
+def report(rates: dict, names: list[str], baselines: list[Path]):
     print("\n| workload | quiet: median (range) | with hog: median (range) | ratio |")
     print("|---|---:|---:|---:|")
     for name in names:
@@ -149,23 +151,27 @@ def report(rates: dict, names: list[str]):
             print(f"{condition}: gpusim cartpole / SB3 = "
                   f"{med[(cartpole, condition)] / med[(SB3_NAME, condition)]:.1f}x")
         for name in GPUSIM_WORKLOADS:
-            if (f"baseline {name}", condition) in med:
-                print(f"{condition}: {name}, this checkout / baseline = "
-                      f"{med[(f'gpusim {name}', condition)] / med[(f'baseline {name}', condition)]:.2f}x")
+            for tree in baselines:
+                print(f"{condition}: {name}, this checkout / {tree.name} = "
+                      f"{med[(f'gpusim {name}', condition)] / med[(f'{tree.name} {name}', condition)]:.2f}x")
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--baseline", type=Path, metavar="DIR",
-                        help="another gpusim checkout with its own .venv, run side by side")
+    parser.add_argument("--baseline", type=Path, metavar="DIR", action="append", default=[],
+                        help="another gpusim checkout with its own .venv, run side by side "
+                             "(repeatable)")
     parser.add_argument("--sb3-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.sb3_child:
         print(f"{run_sb3():.1f}")
         return
-    if args.baseline is not None and not (args.baseline / ".venv/bin/python").exists():
-        raise SystemExit(f"error: --baseline {args.baseline} has no .venv/bin/python")
+    for tree in args.baseline:
+        if not (tree / ".venv/bin/python").exists():
+            raise SystemExit(f"error: --baseline {tree} has no .venv/bin/python")
+    if len({tree.name for tree in args.baseline}) < len(args.baseline):
+        raise SystemExit("error: --baseline folders need different names (they name the rows)")
     print(machine())
     print(f"load average at start: {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
     missing = sb3_missing()
@@ -175,7 +181,7 @@ def main(argv=None):
         runs = workloads(args.baseline, results)
         rates = measure(runs, args.rounds)
     print(f"load average at the end: {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
-    report(rates, list(runs))
+    report(rates, list(runs), args.baseline)
 
 
 if __name__ == "__main__":

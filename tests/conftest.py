@@ -155,8 +155,10 @@ def in_child_process(test):
         if os.environ.get(IN_CHILD):
             return test(*args, **kwargs)
         node = os.environ["PYTEST_CURRENT_TEST"].rsplit(" ", 1)[0]
+        # `-m "slow or not slow"`: the node runs whatever its marks (addopts deselects slow)
         done = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", node],
+            [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
+             "-m", "slow or not slow", node],
             env={**os.environ, IN_CHILD: "1"}, capture_output=True, text=True, timeout=600)
         if done.returncode in (-signal.SIGILL, 128 + signal.SIGILL):
             pytest.fail(f"{node} died by SIGILL (an illegal instruction: this CPU faults "

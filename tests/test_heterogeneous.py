@@ -177,9 +177,32 @@ def test_rollout_marks_per_agent_done_and_trains_only_on_agents_in_play(monkeypa
     monkeypatch.setattr(PPO, "_loss", spy)
     for g in t.algorithm.groups:
         t.algorithm._update_policy(g, 1e-3)
-    for name, rows, weights in seen:  # a row out of play weighs nothing in the loss
+    for name, rows, weights in seen:  # rows out of play are left out of the loss
         buffer = next(g.buffer for g in t.algorithm.groups if g.name == name)
-        assert torch.equal(weights, buffer.active.reshape(-1)[rows].float())
+        assert weights is None and bool(buffer.active.reshape(-1)[rows].all())
+    # every row in play is trained on (in each epoch, less a remainder under a minibatch)
+    glider_rows = torch.cat([rows for name, rows, _ in seen if name == "glider"]).unique()
+    in_play = int(glider.active.sum())
+    epoch_rows = in_play - in_play % t.algorithm.cfg.num_minibatches
+    assert epoch_rows <= glider_rows.numel() <= in_play
+
+
+def test_rows_in_play_fewer_than_minibatches_weigh_the_others_zero(monkeypatch):
+    t = trainer()
+    t.algorithm.collect(0)
+    g = t.algorithm.groups[0]
+    g.buffer.active.zero_()
+    g.buffer.active.view(-1)[0] = True  # one row in play, fewer than the minibatches
+    seen = []
+    original = PPO._loss
+
+    def spy(self, group, batch, adv, returns, weights=None):
+        seen.append((batch["index"], weights))
+        return original(self, group, batch, adv, returns, weights)
+    monkeypatch.setattr(PPO, "_loss", spy)
+    t.algorithm._update_policy(g, 1e-3)
+    for rows, weights in seen:
+        assert torch.equal(weights, g.buffer.active.reshape(-1)[rows].float())
 
 
 def test_two_policies_with_different_spaces_learn():

@@ -361,7 +361,7 @@ class PPO(Algorithm):
     def _update_policy(self, g: PolicyGroup, lr: float) -> dict:
         """GAE, then `update_epochs` passes of shuffled minibatches: of rows, or of agent
         sequences (`bptt_len` steps) for a recurrent policy. With per-agent done, rows out
-        of play weigh 0 (no data-dependent shapes: no host sync)."""
+        of play are left out (one host read per update), or weigh 0 inside sequences."""
         cfg, buf = self.cfg, g.buffer
         self.set_lr(g.optimizer, lr)
         with torch.no_grad():
@@ -371,9 +371,15 @@ class PPO(Algorithm):
                                              next_value.float(), self.config.trainer.gamma,
                                              cfg.gae_lambda)
         advantages, returns = advantages.reshape(-1), returns.reshape(-1)
-        active = None if self.env.agent_active_array is None \
-            else buf.active.reshape(-1).float()
+        active = None if self.env.agent_active_array is None else buf.active.reshape(-1)
         units = self._units(buf)  # (units, steps) row indices: one row, or one sequence
+        if active is not None and not self.bptt_len:
+            # train on the rows in play only: where most agents finish early (tag) that
+            # halves the update, far more than the one host read it costs
+            in_play = active.nonzero()
+            if in_play.shape[0] >= cfg.num_minibatches:  # else weigh them, as sequences
+                units, active = in_play, None
+        weights = None if active is None else active.float()
         minibatch = units.shape[0] // cfg.num_minibatches
         stats = torch.zeros(len(self.stats), device=advantages.device)
         if minibatch == 0:  # fewer sequences than minibatches: nothing to split
@@ -385,7 +391,7 @@ class PPO(Algorithm):
             for first in range(0, minibatch * cfg.num_minibatches, minibatch):
                 rows = units[order[first:first + minibatch]]
                 stats += self._minibatch_step(g, rows if self.bptt_len else rows[:, 0],
-                                              advantages, returns, active)
+                                              advantages, returns, weights)
         stats /= cfg.update_epochs * cfg.num_minibatches
         return dict(zip(self.stats, stats.tolist()))  # one host read per policy update
 

@@ -13,7 +13,6 @@ the training throughput, and the wall time of the whole process.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
@@ -23,6 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine  # noqa: E402
+
+from gpusim.training.plot import read_metrics  # noqa: E402
 
 CRITICS = {"IPPO": "local", "MAPPO": "central"}
 FRACTIONS = (0.25, 0.5, 1.0)
@@ -41,7 +42,7 @@ def train(env: str, critic: str, seed: int, steps: int, results: Path) -> dict:
     if done.returncode != 0:
         raise SystemExit(f"error: {' '.join(argv[3:])} exited {done.returncode}: "
                          f"{(done.stderr or done.stdout).strip().splitlines()[-1:]}")
-    rows = [json.loads(line) for line in next(out.glob("*/metrics.jsonl")).open()]
+    rows = read_metrics(next(out.glob("*/metrics.jsonl")).parent)
     curve = [(r["env_steps"], returns(r)) for r in rows if returns(r) is not None]
     rate = statistics.median(r["env_steps_per_s"] for r in rows[1:] or rows)
     return {"curve": curve, "steps_per_s": rate, "wall_s": wall}
@@ -54,8 +55,9 @@ def returns(row: dict) -> float | None:
 
 
 def at(curve: list, steps: float) -> float:
-    """The return last logged at or before `steps` env steps."""
-    return [ret for done, ret in curve if done <= steps][-1]
+    """The return last logged at or before `steps` env steps (nan before any episode)."""
+    logged = [ret for done, ret in curve if done <= steps]
+    return logged[-1] if logged else float("nan")
 
 
 def main(argv=None):
@@ -71,7 +73,7 @@ def main(argv=None):
             for name, critic in CRITICS.items():
                 run = train(args.env, critic, seed, args.steps, Path(results))
                 runs[name].append(run)
-                print(f"{name} seed {seed}: return {run['curve'][-1][1]:.2f}, "
+                print(f"{name} seed {seed}: return {at(run['curve'], args.steps):.2f}, "
                       f"{run['steps_per_s']:,.0f} steps/s, {run['wall_s']:.0f} s", flush=True)
     head = " | ".join(f"return at {f:.0%}" for f in FRACTIONS)
     print(f"\n{args.env}, {args.steps:,} env steps, seeds {args.seeds} (mean over seeds)")

@@ -13,7 +13,6 @@ printed too.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
@@ -22,6 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine  # noqa: E402
+
+from gpusim.training.plot import read_metrics  # noqa: E402
 
 RECIPES = {  # name -> (train arguments, env steps)
     "cartpole": (["--env", "cartpole"], 65_536),
@@ -45,7 +46,7 @@ def run(args: list, steps: int, precision: str, results: Path) -> tuple[float, s
                          f"{done.stderr.strip().splitlines()[-1:]}")
     run_dir = Path(next(line.split(": ", 1)[1] for line in done.stdout.splitlines()
                         if line.startswith("run directory: ")))
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(run_dir)
     rates = [r["env_steps_per_s"] for r in rows[1:]] or [rows[0]["env_steps_per_s"]]
     isa = next((line for line in done.stderr.splitlines() if "bf16" in line), "")
     return statistics.median(rates), isa

@@ -158,6 +158,18 @@ def test_policy_config_for_continuous_heads():
 
 
 # ---- training ---------------------------------------------------------------------------
+def losses_seen(monkeypatch) -> list:
+    """(policy, buffer rows, row weights) of every loss PPO computes from now on."""
+    seen = []
+    original = PPO._loss
+
+    def spy(self, group, batch, adv, returns, weights=None):
+        seen.append((group.name, batch["index"], weights))
+        return original(self, group, batch, adv, returns, weights)
+    monkeypatch.setattr(PPO, "_loss", spy)
+    return seen
+
+
 def test_rollout_marks_per_agent_done_and_trains_only_on_agents_in_play(monkeypatch):
     t = trainer()
     t.algorithm.collect(0)
@@ -168,13 +180,7 @@ def test_rollout_marks_per_agent_done_and_trains_only_on_agents_in_play(monkeypa
     left = glider.active[:-1] & ~glider.active[1:]
     assert bool(left.any()) and bool(glider.dones[:-1][left].all())
     assert not bool(glider.active.all())
-    seen = []
-    original = PPO._loss
-
-    def spy(self, group, batch, adv, returns, weights=None):
-        seen.append((group.name, batch["index"], weights))
-        return original(self, group, batch, adv, returns, weights)
-    monkeypatch.setattr(PPO, "_loss", spy)
+    seen = losses_seen(monkeypatch)
     for g in t.algorithm.groups:
         t.algorithm._update_policy(g, 1e-3)
     for name, rows, weights in seen:  # rows out of play are left out of the loss
@@ -193,15 +199,9 @@ def test_rows_in_play_fewer_than_minibatches_weigh_the_others_zero(monkeypatch):
     g = t.algorithm.groups[0]
     g.buffer.active.zero_()
     g.buffer.active.view(-1)[0] = True  # one row in play, fewer than the minibatches
-    seen = []
-    original = PPO._loss
-
-    def spy(self, group, batch, adv, returns, weights=None):
-        seen.append((batch["index"], weights))
-        return original(self, group, batch, adv, returns, weights)
-    monkeypatch.setattr(PPO, "_loss", spy)
+    seen = losses_seen(monkeypatch)
     t.algorithm._update_policy(g, 1e-3)
-    for rows, weights in seen:
+    for _, rows, weights in seen:
         assert torch.equal(weights, g.buffer.active.reshape(-1)[rows].float())
 
 

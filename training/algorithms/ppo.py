@@ -361,7 +361,7 @@ class PPO(Algorithm):
     def _update_policy(self, g: PolicyGroup, lr: float) -> dict:
         """GAE, then `update_epochs` passes of shuffled minibatches: of rows, or of agent
         sequences (`bptt_len` steps) for a recurrent policy. With per-agent done, rows out
-        of play are left out (one host read per update), or weigh 0 inside sequences."""
+        of play are left out, or weigh 0 (`_units`)."""
         cfg, buf = self.cfg, g.buffer
         self.set_lr(g.optimizer, lr)
         with torch.no_grad():
@@ -371,15 +371,7 @@ class PPO(Algorithm):
                                              next_value.float(), self.config.trainer.gamma,
                                              cfg.gae_lambda)
         advantages, returns = advantages.reshape(-1), returns.reshape(-1)
-        active = None if self.env.agent_active_array is None else buf.active.reshape(-1)
-        units = self._units(buf)  # (units, steps) row indices: one row, or one sequence
-        if active is not None and not self.bptt_len:
-            # train on the rows in play only: where most agents finish early (tag) that
-            # halves the update, far more than the one host read it costs
-            in_play = active.nonzero()
-            if in_play.shape[0] >= cfg.num_minibatches:  # else weigh them, as sequences
-                units, active = in_play, None
-        weights = None if active is None else active.float()
+        units, weights = self._units(buf)
         minibatch = units.shape[0] // cfg.num_minibatches
         stats = torch.zeros(len(self.stats), device=advantages.device)
         if minibatch == 0:  # fewer sequences than minibatches: nothing to split
@@ -395,17 +387,28 @@ class PPO(Algorithm):
         stats /= cfg.update_epochs * cfg.num_minibatches
         return dict(zip(self.stats, stats.tolist()))  # one host read per policy update
 
-    def _units(self, buf: PolicyBuffer) -> torch.Tensor:
+    def _units(self, buf: PolicyBuffer) -> tuple:
         """What minibatches are made of, as (units, steps) flat row indices: every row
-        (steps 1), or every agent sequence of `bptt_len` steps."""
+        (steps 1), or every agent sequence of `bptt_len` steps; and the rows' weights
+        (None: every row counts).
+
+        With per-agent done, rows out of play are left out (one host read: where most
+        agents finish early, as in tag, that halves the update), or weigh 0 inside
+        sequences and where fewer rows are in play than minibatches."""
         steps, envs, agents = buf.rewards.shape
         device = buf.rewards.device
+        active = None if self.env.agent_active_array is None else buf.active.reshape(-1)
+        weights = None if active is None else active.float()
         if not self.bptt_len:
-            return torch.arange(steps * envs * agents, device=device)[:, None]
+            if active is not None:
+                in_play = active.nonzero()
+                if in_play.shape[0] >= self.cfg.num_minibatches:
+                    return in_play, None
+            return torch.arange(steps * envs * agents, device=device)[:, None], weights
         per_step, length = envs * agents, self.bptt_len
         seq = torch.arange((steps // length) * per_step, device=device)
         starts = (seq // per_step) * length * per_step + seq % per_step
-        return starts[:, None] + torch.arange(length, device=device) * per_step
+        return starts[:, None] + torch.arange(length, device=device) * per_step, weights
 
     def _minibatch_step(self, g: PolicyGroup, rows, advantages, returns, active=None):
         """One gradient step on buffer rows `rows` (flat, or (sequences, steps)), in chunks

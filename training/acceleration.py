@@ -9,12 +9,14 @@ reductions, GAE and returns stay in fp32.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from dataclasses import dataclass
 
 import torch
 
 from gpusim import cpu_bf16
+from gpusim.cache import cache_root
 from gpusim.errors import ConfigError, describe
 
 PRECISIONS = ("auto", "fp32", "tf32", "bf16")
@@ -58,7 +60,20 @@ def resolve_precision(choice: str, device: torch.device) -> Precision:
 
 def compile_enabled(choice: str, device: torch.device) -> bool:
     """`auto`: compile on CUDA GPUs (on the CPU, compiling costs more than it gains)."""
-    return choice == "on" or (choice == "auto" and device.type == "cuda")
+    enabled = choice == "on" or (choice == "auto" and device.type == "cuda")
+    if enabled:
+        use_disk_cache()
+    return enabled
+
+
+def use_disk_cache():
+    """Keep torch.compile's generated code in gpusim's cache folder, so that later runs load
+    it instead of compiling, unless the user chose a folder (torch writes its default
+    into the environment when it first looks, so that value counts as unchosen)."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if chosen is None or os.path.abspath(chosen) == os.path.abspath(default_cache_dir()):
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_root() / "inductor")
 
 
 def forget_compiled():

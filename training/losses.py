@@ -10,15 +10,17 @@ def gae(rewards, values, dones, next_value, gamma: float, lam: float):
     rewards, values: (T, ...); dones: (T, ...) true where the episode ended
     with step t (no bootstrap across it); next_value: (...) the value of the
     observation after the last step. Returns (advantages, returns).
+    The TD errors are computed for all steps at once; only the recursion
+    A_t = delta_t + gamma * lam * live_t * A_{t+1} runs per step, one fused op each.
     """
-    advantages = torch.zeros_like(rewards)
-    last = torch.zeros_like(next_value)
-    for t in reversed(range(rewards.shape[0])):
-        following = next_value if t == rewards.shape[0] - 1 else values[t + 1]
-        live = 1.0 - dones[t].to(rewards.dtype)
-        delta = rewards[t] + gamma * following * live - values[t]
-        last = delta + gamma * lam * live * last
-        advantages[t] = last
+    live = 1.0 - dones.to(rewards.dtype)
+    following = torch.cat([values[1:], next_value[None].to(values.dtype)])
+    deltas = rewards + gamma * following * live - values
+    decay = (gamma * lam) * live
+    advantages = torch.empty_like(rewards)
+    advantages[-1] = deltas[-1]
+    for t in range(rewards.shape[0] - 2, -1, -1):
+        torch.addcmul(deltas[t], decay[t], advantages[t + 1], out=advantages[t])
     return advantages, advantages + values
 
 

@@ -35,6 +35,9 @@ class Algorithm:
         self.distributed = self.world_size > 1
         self.precision = resolve_precision(config.trainer.precision, env.device)
         self.use_compile = compile_enabled(config.trainer.compile, env.device)
+        # Rollout-sized forwards compile only on a GPU: on the CPU a compiled call costs
+        # more than the few eager operators it replaces (docs/benchmarks.md, "compiled").
+        self.compile_acting = self.use_compile and env.device.type == "cuda"
         self.agents = {name: agent_index(spec.agent_ids, env.device)
                        for name, spec in env.policy_specs.items()}
         rollout_len = config.trainer.rollout_len

@@ -199,7 +199,7 @@ class OffPolicy(Algorithm):
         self.groups = [self._policy_group(name, spec)
                        for name, spec in env.policy_specs.items()]
         self.actors = Actors(env, {g.name: g.model for g in self.groups},
-                             wrap=lambda fn, what: MaybeCompiled(fn, what, self.use_compile))
+                             wrap=lambda fn, what: MaybeCompiled(fn, what, self.compile_acting))
         self.explorers = Actors(env, {})  # uniformly random, before learning starts
         self.env_steps = 0
 

@@ -36,6 +36,7 @@ from gpusim.errors import GpusimError
 from .. import losses
 from ..acceleration import MaybeCompiled
 from ..actors import Actors
+from ..fused import FusedStep
 from ..models import make_model
 from .base import Algorithm
 
@@ -148,6 +149,7 @@ class PolicyGroup:
     forward: MaybeCompiled        # the training pass: (obs, actions, mask, critic_obs) ->
                                   # (log-prob, entropy, value)
     buffer: PolicyBuffer
+    fused: FusedStep | None = None  # the whole minibatch step compiled (training.fused)
 
     @property
     def continuous(self) -> bool:
@@ -245,7 +247,7 @@ class PPO(Algorithm):
         self.groups = [self._policy_group(name, spec)
                        for name, spec in env.policy_specs.items()]
         self.actors = Actors(env, {g.name: g.model for g in self.groups},
-                             wrap=lambda fn, what: MaybeCompiled(fn, what, self.use_compile))
+                             wrap=lambda fn, what: MaybeCompiled(fn, what, self.compile_acting))
         self.bootstrap = TruncationBootstrap(env, t.rollout_len, t.gamma, self.central,
                                              self.actors.memory)
         self.shuffle = torch.Generator(device=env.device).manual_seed(t.seed)  # on the device
@@ -255,13 +257,21 @@ class PPO(Algorithm):
         model = make_model(spec, config.policy, self.state_dim or None).to(env.device)
         optimizer = torch.optim.Adam(model.parameters(), lr=config.trainer.lr, eps=1e-5)
         train_model = self._wrap(model)
+        # Compiled, a minibatch is one fused step (not under DDP, which all-reduces between
+        # backward and step, nor for recurrent sequences); else the update's forward.
+        fused = self.use_compile and not self.distributed and not self.bptt_len
         group = PolicyGroup(
             name, spec, self.agents[name], model, optimizer, train_model,
-            MaybeCompiled(model.value, f"policy {name!r} (value)", self.use_compile),
-            MaybeCompiled(train_model, f"policy {name!r} (update)", self.use_compile),
+            MaybeCompiled(model.value, f"policy {name!r} (value)", self.compile_acting),
+            MaybeCompiled(train_model, f"policy {name!r} (update)",
+                          self.use_compile and not fused),
             PolicyBuffer(spec, config.trainer.rollout_len, env.num_envs, env.device,
                          self.state_dim, self.mask_width, model.state_size,
                          max(1, self.bptt_len)))
+        if fused:
+            group.fused = FusedStep(model, optimizer,
+                                    lambda params, *batch: self._fused_loss(group, params, *batch),
+                                    self.cfg.max_grad_norm, f"policy {name!r} (update)")
         if group.forward.active:
             self._probe(group)
         return group
@@ -319,6 +329,9 @@ class PPO(Algorithm):
                 _, reward, terminated, truncated, info = env.step()
             with self.timer("forward"):
                 self._store_outcome(t, reward, info["reset_mask"], truncated, active)
+        if not self.bptt_len:
+            with self.timer("forward"):
+                self._rollout_values()
 
     def _store_inputs(self, t: int, active):
         """Step t's observation, activity, legal choices, critic input and value, per policy."""
@@ -336,7 +349,20 @@ class PPO(Algorithm):
             memory = self.actors.memory.get(g.name)
             if memory is not None and t % self.bptt_len == 0:  # a sequence starts
                 buf.memory[t // self.bptt_len].copy_(memory)
-            buf.values[t] = self.values(g, self.next_obs, state, memory)
+            if memory is not None:  # else, after the rollout, in one batch
+                buf.values[t] = self.values(g, self.next_obs, state, memory)
+
+    def _rollout_values(self):
+        """Every step's value, in one critic call per policy over the stored rollout (the
+        critic does not act, so it need not run per step)."""
+        for g in self.groups:
+            buf = g.buffer
+            with self.precision.autocast():
+                if buf.states is not None:
+                    values = g.value(buf.states)[..., None].expand_as(buf.values)
+                else:
+                    values = g.value(buf.obs)
+            buf.values.copy_(values)
 
     def _store_outcome(self, t: int, reward, done, truncated, active):
         """Step t's rewards and done marks; the truncation bootstrap; episode returns."""
@@ -411,21 +437,22 @@ class PPO(Algorithm):
         return starts[:, None] + torch.arange(length, device=device) * per_step, weights
 
     def _minibatch_step(self, g: PolicyGroup, rows, advantages, returns, active=None):
-        """One gradient step on buffer rows `rows` (flat, or (sequences, steps)), in chunks
-        of at most max_minibatch_rows rows.
+        """One gradient step on buffer rows `rows` (flat, or (sequences, steps)): fused into
+        one compiled call where it can be, else eagerly in chunks of at most
+        max_minibatch_rows rows.
 
         Each chunk's loss is weighted by its share of the minibatch's rows (those in play,
         with per-agent done), so the accumulated gradient is that of the whole
         minibatch's mean loss. Returns the minibatch's statistics (`stats` order).
         """
         cfg = self.cfg
-        adv = advantages[rows]
-        weights = None if active is None else active[rows]
-        total = rows.numel() if weights is None else weights.sum().clamp_min(1.0)
-        if cfg.norm_adv and adv.numel() > 1:  # over the whole minibatch, as unchunked
-            adv = normalized(adv, weights, total)
         steps = rows.shape[1] if rows.dim() == 2 else 1
         chunk = max(1, min(rows.shape[0], cfg.max_minibatch_rows // steps))
+        if g.fused is not None and chunk == rows.shape[0]:
+            stats = g.fused(rows, advantages, returns, active)
+            if stats is not None:
+                return stats
+        adv, weights, total = self._advantages(rows, advantages, active)
         stats = torch.zeros(len(self.stats), device=adv.device)
         g.optimizer.zero_grad(set_to_none=True)
         for start in range(0, rows.shape[0], chunk):
@@ -443,6 +470,26 @@ class PPO(Algorithm):
         torch.nn.utils.clip_grad_norm_(g.model.parameters(), cfg.max_grad_norm)
         g.optimizer.step()
         return stats
+
+    def _advantages(self, rows, advantages, active):
+        """The minibatch's advantages (normalised over the whole minibatch, as unchunked),
+        its rows' weights (None: all count) and their total."""
+        adv = advantages[rows]
+        weights = None if active is None else active[rows]
+        total = rows.numel() if weights is None else weights.sum().clamp_min(1.0)
+        if self.cfg.norm_adv and adv.numel() > 1:
+            adv = normalized(adv, weights, total)
+        return adv, weights, total
+
+    def _fused_loss(self, g: PolicyGroup, params: dict, rows, advantages, returns, active):
+        """The minibatch's (loss, statistics) as a function of the model's parameters
+        (`g.fused` differentiates and compiles it)."""
+        adv, weights, _ = self._advantages(rows, advantages, active)
+
+        def forward(*inputs):
+            return torch.func.functional_call(g.model, params, inputs)
+        stats, loss = self._loss(g, g.buffer.rows(rows), adv, returns[rows], weights, forward)
+        return loss, stats
 
     def _forward_inputs(self, g: PolicyGroup, rows) -> tuple:
         """The training pass's inputs for buffer rows `rows`: flat rows, or (sequences,
@@ -462,12 +509,13 @@ class PPO(Algorithm):
             resets[:, 1:] = dones[rows[:, :-1]]
         return inputs + (start_state, resets)
 
-    def _loss(self, g: PolicyGroup, batch: dict, adv, returns, weights=None):
+    def _loss(self, g: PolicyGroup, batch: dict, adv, returns, weights=None, forward=None):
         """(detached statistics, loss) of the PPO objective on buffer rows `batch` (from
-        `PolicyBuffer.rows`); `weights` counts only rows in play (recurrent sequences)."""
+        `PolicyBuffer.rows`); `weights` counts only rows in play (recurrent sequences);
+        `forward`: the training pass (default: the policy's own)."""
         cfg = self.cfg
         with self.precision.autocast():
-            new_log_prob, entropy, new_value = g.forward(
+            new_log_prob, entropy, new_value = (forward or g.forward)(
                 *self._forward_inputs(g, batch["index"]))
         old_log_prob = batch["log_probs"]
         pg_loss, clip_fraction = losses.policy_loss(new_log_prob, old_log_prob, adv,

@@ -1,0 +1,122 @@
+"""The compiled learner (training.fused) keeps the eager learner's semantics: Adam and
+clipping as torch computes them, a fused minibatch step equal to the eager one, the
+rollout's log-probabilities equal to the learner's, and identical reruns."""
+import copy
+
+import pytest
+import torch
+
+from gpusim.envs import env_class
+from gpusim.training import models
+from gpusim.training.config import load_run_config
+from gpusim.training.fused import clip_and_adam
+from gpusim.training.loop import Trainer
+
+
+def trainer_for(name, **trainer):
+    overrides = {"trainer.backend": "cpu", "trainer.num_envs": 8, "trainer.rollout_len": 32,
+                 "trainer.target_return": None}
+    overrides.update({f"trainer.{k}": v for k, v in trainer.items()})
+    cls = env_class(name)
+    return Trainer(load_run_config(name, cls, overrides=overrides), cls)
+
+
+def test_clip_and_adam_is_torch_clipping_and_adam():
+    torch.manual_seed(0)
+    params = [torch.randn(5, 3), torch.randn(3), torch.randn(())]
+    theirs = [torch.nn.Parameter(p.clone()) for p in params]
+    optimizer = torch.optim.Adam(theirs, lr=3e-3, eps=1e-5)
+    state = [(torch.zeros(()), torch.zeros_like(p), torch.zeros_like(p)) for p in params]
+    for scale in (10.0, 0.01, 1.0):  # clipped, unclipped, ...
+        grads = [torch.randn_like(p) * scale for p in params]
+        clip_and_adam(params, grads, state, torch.tensor(3e-3), (0.9, 0.999), 1e-5, 0.5)
+        for p, g in zip(theirs, grads):
+            p.grad = g.clone()
+        torch.nn.utils.clip_grad_norm_(theirs, 0.5)
+        optimizer.step()
+        for mine, their in zip(params, theirs):
+            torch.testing.assert_close(mine, their.detach(), rtol=1e-5, atol=1e-7)
+    for (step, m, v), p in zip(state, theirs):
+        torch.testing.assert_close(m, optimizer.state[p]["exp_avg"])
+        torch.testing.assert_close(v, optimizer.state[p]["exp_avg_sq"])
+        assert float(step) == float(optimizer.state[p]["step"]) == 3
+
+
+def test_compiled_tanh_form_agrees_with_tanh(monkeypatch):
+    x = torch.cat([torch.linspace(-30, 30, 10001), torch.tensor([0.0, 1e-8, -1e-8, 100, -100])])
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    fast = models.tanh(x)
+    assert torch.isfinite(fast).all()
+    torch.testing.assert_close(fast, torch.tanh(x), rtol=0, atol=2e-7)
+
+
+def test_rollout_values_are_the_per_step_critic():
+    trainer = trainer_for("cartpole")
+    algorithm = trainer.algorithm
+    algorithm.collect(0)
+    group = algorithm.groups[0]
+    buf = group.buffer
+    with torch.no_grad():
+        for t in range(buf.obs.shape[0]):
+            torch.testing.assert_close(buf.values[t], group.model.value(buf.obs[t]),
+                                       rtol=1e-6, atol=1e-6)
+
+
+def run_steps(trainer, group, steps):
+    """`steps` minibatch steps on fixed rows; the statistics and the parameters after."""
+    algorithm = trainer.algorithm
+    rows = torch.arange(group.buffer.rewards.numel())
+    generator = torch.Generator().manual_seed(1)
+    advantages = torch.randn(rows.numel(), generator=generator)
+    returns = torch.randn(rows.numel(), generator=generator)
+    stats = [algorithm._minibatch_step(group, rows[k::2], advantages, returns).clone()
+             for k in range(steps)]
+    return stats, [p.detach().clone() for p in group.model.parameters()]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["cartpole", "pendulum"])  # discrete, and a Gaussian head
+def test_fused_minibatch_steps_equal_eager_ones(name):
+    trainer = trainer_for(name, compile="on")
+    algorithm = trainer.algorithm
+    algorithm.collect(0)
+    group = algorithm.groups[0]
+    assert group.fused is not None
+    start = (copy.deepcopy(group.model.state_dict()), copy.deepcopy(group.optimizer.state_dict()))
+    fused_stats, fused_params = run_steps(trainer, group, 3)
+    assert group.fused.compiled is not None  # it ran compiled, no fallback
+    group.model.load_state_dict(start[0])
+    group.optimizer.load_state_dict(start[1])
+    group.fused = None
+    eager_stats, eager_params = run_steps(trainer, group, 3)
+    for a, b in zip(fused_stats, eager_stats):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    for a, b in zip(fused_params, eager_params):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_learner_log_probs_agree_with_the_rollout():
+    """The first epoch's ratio is 1: the compiled training pass gives the rollout's
+    log-probabilities (the rollout acts eagerly)."""
+    trainer = trainer_for("cartpole", compile="on")
+    algorithm = trainer.algorithm
+    algorithm.collect(0)
+    group = algorithm.groups[0]
+    buf = group.buffer
+    compiled = torch.compile(group.model)
+    with torch.no_grad():
+        log_prob, _, _ = compiled(buf.obs.reshape(-1, buf.obs.shape[-1]),
+                                  buf.actions.reshape(-1, buf.actions.shape[-1]))
+    torch.testing.assert_close(log_prob, buf.log_probs.reshape(-1), rtol=0, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_compiled_reruns_are_identical():
+    runs = []
+    for _ in range(2):
+        trainer = trainer_for("cartpole", compile="on", total_steps=8 * 32 * 2)
+        trainer.train()
+        runs.append([p.detach().clone() for p in trainer.algorithm.groups[0].model.parameters()])
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)

@@ -45,13 +45,16 @@ def adam_state(optimizer: torch.optim.Adam, params: list) -> list:
 
 def clip_and_adam(params: list, grads: list, state: list, lr: torch.Tensor, betas: tuple,
                   eps: float, max_grad_norm: float):
-    """`clip_grad_norm_` then one `torch.optim.Adam` step (no weight decay, not amsgrad), in
-    place on `params` and their `state`, in torch's own order of operations."""
-    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
-    scale = (max_grad_norm / (total + 1e-6)).clamp(max=1.0)
+    """`clip_grad_norm_` (unless `max_grad_norm` is 0) then one `torch.optim.Adam` step (no
+    weight decay, not amsgrad), in place on `params` and their `state`, in torch's own
+    order of operations."""
+    if max_grad_norm:
+        total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g)
+                                                      for g in grads]))
+        scale = (max_grad_norm / (total + 1e-6)).clamp(max=1.0)
+        grads = [g * scale for g in grads]
     beta1, beta2 = betas
     for p, g, (step, exp_avg, exp_avg_sq) in zip(params, grads, state):
-        g = g * scale
         step.add_(1)
         exp_avg.lerp_(g, 1 - beta1)
         exp_avg_sq.mul_(beta2).addcmul_(g, g, value=1 - beta2)
@@ -60,42 +63,94 @@ def clip_and_adam(params: list, grads: list, state: list, lr: torch.Tensor, beta
         p.sub_(step_size * exp_avg / denom)
 
 
-class FusedStep:
-    """`loss_fn(params, *inputs) -> (loss, stats)` minimised by one compiled step of `model`
-    under `optimizer` (a torch Adam) with gradient clipping; calling it returns the
-    detached `stats`, or None once compiling failed (the caller then steps eagerly)."""
+class Descent:
+    """Inside a fused step: the parameters of each of its optimizers (aliases of the
+    module's own tensors) and `step(name, loss_fn)`, one clipped Adam step of them."""
 
-    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Adam, loss_fn,
-                 max_grad_norm: float, what: str):
-        self.model, self.optimizer, self.loss_fn = model, optimizer, loss_fn
-        self.names = [name for name, p in model.named_parameters() if p.requires_grad]
-        self.params = [model.get_parameter(name) for name in self.names]
-        group = optimizer.param_groups[0]
-        if len(optimizer.param_groups) != 1 or group["weight_decay"] or group["amsgrad"] \
-                or group["maximize"]:
-            raise ValueError("FusedStep takes a plain Adam over one parameter group")
-        self.betas, self.eps = tuple(group["betas"]), group["eps"]
-        self.max_grad_norm = max_grad_norm
-        self.what = what
-        self.lr = torch.zeros((), device=self.params[0].device)
-        self.compiled = torch.compile(self._step, dynamic=None)
+    def __init__(self, fused: "FusedStep", params: dict, state: dict, lr: dict):
+        self.fused, self.tensors, self.state, self.lr = fused, params, state, lr
+
+    def params(self, name: str) -> dict:
+        """Optimizer `name`'s parameters by their names in the module it was given."""
+        return dict(zip(self.fused.names[name], self.tensors[name]))
+
+    def step(self, name: str, loss_fn, *args):
+        """Minimise `loss_fn(params, *args) -> (loss, aux)` by one step of optimizer `name`;
+        returns `aux` (computed before the step)."""
+        fused = self.fused
+        grads, aux = torch.func.grad(loss_fn, has_aux=True)(self.params(name), *args)
+        clip_and_adam(self.tensors[name], [grads[n] for n in fused.names[name]],
+                      self.state[name], self.lr[name], fused.betas[name], fused.eps[name],
+                      fused.max_grad_norm)
+        return aux
+
+
+class EagerDescent:
+    """The same interface run eagerly on the modules' own parameters (autograd, then the
+    optimizer's own step): what a fused step falls back to, and its reference.
+    `reduce(grads)` may sum gradients across ranks in place before clipping."""
+
+    def __init__(self, optimizers: dict, max_grad_norm: float, reduce=None):
+        self.optimizers, self.max_grad_norm, self.reduce = optimizers, max_grad_norm, reduce
+
+    def params(self, name: str) -> dict:
+        return {n: p for n, p in self.optimizers[name][0].items() if p.requires_grad}
+
+    def step(self, name: str, loss_fn, *args):
+        params = self.params(name)
+        optimizer = self.optimizers[name][1]
+        loss, aux = loss_fn(params, *args)
+        grads = torch.autograd.grad(loss, list(params.values()))  # only these weights' grads
+        if self.reduce is not None:
+            self.reduce(grads)
+        for p, g in zip(params.values(), grads):
+            p.grad = g
+        if self.max_grad_norm:
+            torch.nn.utils.clip_grad_norm_(list(params.values()), self.max_grad_norm)
+        optimizer.step()
+        return aux
+
+
+class FusedStep:
+    """`body(descent, *inputs)`, which takes steps through `descent.step`, as one compiled
+    call over the parameters of `optimizers` (name -> (its parameters by name, its torch
+    Adam)); calling it returns what `body` returns, or None once compiling failed (the
+    caller then steps eagerly)."""
+
+    def __init__(self, optimizers: dict, body, max_grad_norm: float, what: str,
+                 dynamic: bool = False):
+        """`max_grad_norm`: 0 clips nothing. `dynamic`: the inputs' sizes change from call to
+        call (one graph for every size, rather than a recompile per size)."""
+        self.body, self.max_grad_norm, self.what = body, max_grad_norm, what
+        self.optimizers, self.names, self.params, self.betas, self.eps = {}, {}, {}, {}, {}
+        for name, (named_params, optimizer) in optimizers.items():
+            group = optimizer.param_groups[0]
+            if len(optimizer.param_groups) != 1 or group["weight_decay"] or group["amsgrad"] \
+                    or group["maximize"]:
+                raise ValueError("FusedStep takes plain Adams over one parameter group each")
+            named = [(n, p) for n, p in named_params.items() if p.requires_grad]
+            self.optimizers[name] = optimizer
+            self.names[name] = [n for n, _ in named]
+            self.params[name] = [p for _, p in named]
+            self.betas[name], self.eps[name] = tuple(group["betas"]), group["eps"]
+        device = next(iter(self.params.values()))[0].device
+        self.lr = {name: torch.zeros((), device=device) for name in optimizers}
+        self.compiled = torch.compile(self._step, dynamic=dynamic or None)
 
     def _step(self, params, state, lr, *inputs):
-        named = dict(zip(self.names, params))
-        grads, stats = torch.func.grad(self.loss_fn, has_aux=True)(named, *inputs)
-        clip_and_adam(params, [grads[n] for n in self.names], state, lr, self.betas, self.eps,
-                      self.max_grad_norm)
-        return stats
+        return self.body(Descent(self, params, state, lr), *inputs)
 
     def __call__(self, *inputs):
-        """One step at the optimizer's learning rate."""
+        """One call at the optimizers' learning rates."""
         if self.compiled is None:
             return None
-        self.lr.fill_(self.optimizer.param_groups[0]["lr"])
-        params = [p.detach() for p in self.params]  # aliases: updated in place
+        for name, optimizer in self.optimizers.items():
+            self.lr[name].fill_(optimizer.param_groups[0]["lr"])
+        params = {name: [p.detach() for p in ps]  # aliases: updated in place
+                  for name, ps in self.params.items()}
+        state = {name: adam_state(self.optimizers[name], ps) for name, ps in self.params.items()}
         try:
-            return self.compiled(params, adam_state(self.optimizer, self.params), self.lr,
-                                 *inputs)
+            return self.compiled(params, state, self.lr, *inputs)
         except Exception as exc:  # noqa: BLE001 - any compiler failure: step eagerly
             print(f"gpusim: torch.compile of {self.what} failed ({describe(exc)[:200]}); "
                   "running it eagerly", file=sys.stderr, flush=True)

@@ -39,6 +39,7 @@ from gpusim.errors import GpusimError
 
 from ..acceleration import MaybeCompiled
 from ..actors import Actors
+from ..fused import EagerDescent, FusedStep
 from ..models import LOG_STD_RANGE, mlp, tanh_gaussian_log_prob
 from ..replay import LOCAL, ReplayBuffer, TorchCollectives
 from .base import Algorithm
@@ -121,14 +122,21 @@ class OffPolicyModel(nn.Module):
         self.exploration_noise = exploration_noise  # deterministic actors: Gaussian, in
                                                     # half-ranges (not saved: it is config)
 
-    def q(self, critics, obs, action):
-        """Each critic's Q(obs, action), stacked: (critics, rows)."""
+    def q(self, critics, obs, action, params: dict | None = None):
+        """Each critic's Q(obs, action), stacked: (critics, rows); on `params` (the critics'
+        parameters by name, "0.0.weight" ...) instead of their own where given."""
         pair = torch.cat([obs, action], -1)
-        return torch.stack([c(pair).squeeze(-1) for c in critics])
+        if params is None:
+            return torch.stack([c(pair).squeeze(-1) for c in critics])
+        return torch.stack([
+            torch.func.functional_call(c, {n[len(f"{i}."):]: p for n, p in params.items()
+                                           if n.startswith(f"{i}.")}, (pair,)).squeeze(-1)
+            for i, c in enumerate(critics)])
 
-    def alpha(self) -> torch.Tensor:
+    def alpha(self, log_alpha: torch.Tensor | None = None) -> torch.Tensor:
+        """The entropy weight (of `log_alpha` where given: the one being stepped)."""
         if self.entropy_bonus:
-            return self.log_alpha.exp()
+            return (self.log_alpha if log_alpha is None else log_alpha).exp()
         return torch.zeros((), device=self.center.device)
 
     def to_env(self, action):
@@ -162,6 +170,23 @@ class Optimizers:
             opt.load_state_dict(state[name])
 
 
+class NetsOn:
+    """A group's actor and critics run on given parameters, as a gradient step sees them,
+    so the algorithms' hooks (`next_action`, `actor_loss`) take it in place of the group."""
+
+    def __init__(self, g, actor: dict, critics: dict):
+        self.model, self.spec, self.updates = g.model, g.spec, g.updates
+        self.actor_params, self.critic_params = actor, critics
+
+    def actor(self, obs, deterministic: bool = False):
+        return torch.func.functional_call(self.model.actor, self.actor_params,
+                                          (obs, deterministic))
+
+    def q(self, critics, obs, action):
+        online = critics is self.model.critics
+        return self.model.q(critics, obs, action, self.critic_params if online else None)
+
+
 @dataclass
 class OffPolicyGroup:
     """One policy: its space, agents, networks, optimizers and replay shard."""
@@ -171,9 +196,16 @@ class OffPolicyGroup:
     model: OffPolicyModel
     optimizer: Optimizers
     replay: ReplayBuffer
-    actor: MaybeCompiled = None  # the actor's forward and ...
-    q: MaybeCompiled = None      # ... the critics', through torch.compile where enabled
     updates: int = 0  # gradient steps taken (TD3 delays its actor by this count)
+    fused: FusedStep | None = None  # the whole gradient step compiled (training.fused)
+
+    def optimized(self) -> dict:
+        """Optimizer name -> (its parameters by name, the optimizer)."""
+        model, opts = self.model, self.optimizer.by_name
+        params = {"actor": dict(model.actor.named_parameters()),
+                  "critic": dict(model.critics.named_parameters()),
+                  "alpha": {"log_alpha": model.log_alpha}}
+        return {name: (params[name], opt) for name, opt in opts.items()}
 
 
 class OffPolicy(Algorithm):
@@ -226,10 +258,13 @@ class OffPolicy(Algorithm):
                               alpha=cfg.priority_alpha, collectives=self.collectives,
                               seed=self.config.trainer.seed * 1000
                               + list(env.policy_specs).index(name))
-        compiled = self.use_compile
-        return OffPolicyGroup(name, spec, self.agents[name], model, optimizers, replay,
-                              MaybeCompiled(model.actor, f"policy {name!r} (actor)", compiled),
-                              MaybeCompiled(model.q, f"policy {name!r} (critics)", compiled))
+        group = OffPolicyGroup(name, spec, self.agents[name], model, optimizers, replay)
+        if self.use_compile and not self.distributed:  # (DDP sums gradients between steps)
+            group.fused = FusedStep(group.optimized(),
+                                    lambda descent, *batch: self._gradient_step(descent, group,
+                                                                                *batch),
+                                    cfg.max_grad_norm, f"policy {name!r} (gradient step)")
+        return group
 
     # ---- rollout -------------------------------------------------------------------
     @torch.no_grad()
@@ -288,82 +323,105 @@ class OffPolicy(Algorithm):
 
     def gradient_step(self, g: OffPolicyGroup) -> torch.Tensor:
         """One step of the critics towards r + gamma * (1 - terminated) * Q'(s', a'), and
-        when due one step of the actor; returns the step's statistics."""
-        cfg, model = self.cfg, g.model
+        when due one step of the actor (and of SAC's alpha) and of the targets: one
+        compiled call where enabled, else eagerly. Returns the step's statistics."""
+        cfg = self.cfg
         batch = g.replay.sample(cfg.batch_size, beta=cfg.priority_beta)
-        alpha = model.alpha().detach()
-        autocast = self.precision.autocast  # forwards in bf16 where asked; losses in fp32
-        with torch.no_grad(), autocast():
-            next_action, next_log_prob = self.next_action(g, batch.next_obs)
-            next_q = g.q(model.target_critics, batch.next_obs, next_action).float().min(0).values
-            if next_log_prob is not None:
-                next_q = next_q - alpha * next_log_prob.float()
-            target = batch.rewards + self.config.trainer.gamma * (~batch.terminated) * next_q
-        with autocast():
-            q = g.q(model.critics, batch.obs, batch.actions)
-        td = q.float() - target
-        critic_loss = (batch.weights * td.pow(2).sum(0)).sum() / cfg.batch_size
-        self._step(g, "critic", critic_loss, model.critics)
-        if cfg.prioritized_replay:
-            g.replay.update_priorities(batch.index, td.detach().abs().max(0).values)
         g.updates += 1
-        stats = torch.zeros(len(self.stats), device=td.device)
-        stats[1], stats[3] = critic_loss.detach(), alpha
-        if not self.actor_due(g):
-            return stats
-        model.critics.requires_grad_(False)  # the actor's loss needs no critic weight grads
-        with autocast():
-            actor_loss, log_prob = self.actor_loss(g, batch.obs, alpha)
-        actor_loss = actor_loss.float()
-        log_prob = None if log_prob is None else log_prob.float()
-        model.critics.requires_grad_(True)
-        self._step(g, "actor", actor_loss, model.actor)
-        self.after_actor_step(g, log_prob)
-        self._soft_update(model)
-        stats[0] = actor_loss.detach()
-        if log_prob is not None:
-            stats[2] = -log_prob.detach().sum() / max(1, log_prob.numel())
+        inputs = (batch.obs, batch.actions, batch.rewards, batch.next_obs, batch.terminated,
+                  batch.weights, self.actor_due(g))
+        out = g.fused(*inputs) if g.fused is not None else None
+        if out is None:
+            reduce = self._sum_across_ranks if self.distributed else None
+            out = self._gradient_step(EagerDescent(g.optimized(), cfg.max_grad_norm, reduce),
+                                      g, *inputs)
+        stats, td = out
+        if cfg.prioritized_replay:
+            g.replay.update_priorities(batch.index, td.abs().max(0).values)
         return stats
 
+    def _gradient_step(self, descent, g: OffPolicyGroup, obs, actions, rewards, next_obs,
+                       terminated, weights, actor_due: bool):
+        """The gradient step on a sampled batch, its networks and steps taken through
+        `descent` (training.fused: compiled, or eager). Returns (statistics, TD errors)."""
+        cfg, model = self.cfg, g.model
+        autocast = self.precision.autocast  # forwards in bf16 where asked; losses in fp32
+        critic_params = descent.params("critic")
+        log_alpha = descent.params("alpha")["log_alpha"] if "alpha" in g.optimizer.by_name \
+            else None
+        alpha = model.alpha(log_alpha).detach()
+        nets = NetsOn(g, descent.params("actor"), critic_params)
+        with torch.no_grad(), autocast():
+            next_action, next_log_prob = self.next_action(nets, next_obs)
+            next_q = nets.q(model.target_critics, next_obs, next_action).float().min(0).values
+            if next_log_prob is not None:
+                next_q = next_q - alpha * next_log_prob.float()
+            target = rewards + self.config.trainer.gamma * (~terminated) * next_q
+
+        def critic_loss(params):
+            with autocast():
+                td = model.q(model.critics, obs, actions, params).float() - target
+            loss = (weights * td.pow(2).sum(0)).sum() / cfg.batch_size
+            return loss, (loss.detach(), td.detach())
+        loss, td = descent.step("critic", critic_loss)
+        stats = torch.stack([torch.zeros_like(loss), loss, torch.zeros_like(loss), alpha])
+        if not actor_due:
+            return stats, td
+
+        def actor_loss(params):
+            with autocast():
+                loss, log_prob = self.actor_loss(NetsOn(g, params, critic_params), obs, alpha)
+            aux = {"loss": loss.float().detach()}  # (no None: grad's aux holds tensors only)
+            if log_prob is not None:
+                aux["log_prob"] = log_prob.float().detach()
+            return loss.float(), aux
+        aux = descent.step("actor", actor_loss)
+        loss, log_prob = aux["loss"], aux.get("log_prob")
+        entropy = torch.zeros_like(loss) if log_prob is None \
+            else -log_prob.sum() / max(1, log_prob.numel())
+        if log_alpha is not None:
+            def alpha_loss(params):
+                loss = self.alpha_loss(g, params["log_alpha"], log_prob)
+                return loss, loss.detach()
+            descent.step("alpha", alpha_loss)
+        self._soft_update(model, descent.params("actor"), critic_params)
+        return torch.stack([loss, stats[1], entropy, alpha]), td
+
     # what the algorithms define
-    def next_action(self, g: OffPolicyGroup, next_obs):
-        """(the action the target critics are evaluated at, its log-prob or None)."""
+    def next_action(self, g, next_obs):
+        """(the action the target critics are evaluated at, its log-prob or None); `g` runs
+        the online networks on the step's parameters (NetsOn)."""
         raise NotImplementedError
 
     def actor_due(self, g: OffPolicyGroup) -> bool:
         return True
 
-    def actor_loss(self, g: OffPolicyGroup, obs, alpha):
+    def actor_loss(self, g, obs, alpha):
         """(the actor's loss, summed over the rank's rows / batch_size; log-prob or None)."""
         raise NotImplementedError
 
-    def after_actor_step(self, g: OffPolicyGroup, log_prob):
-        pass
+    def alpha_loss(self, g, log_alpha, log_prob):
+        """The loss a tuned entropy weight descends (SAC)."""
+        raise NotImplementedError
 
-    def _step(self, g, name: str, loss, params):
-        """Backward, sum gradients over ranks (losses are already divided by the global
-        batch), clip, and step one optimizer."""
-        optimizer = g.optimizer[name]
-        optimizer.zero_grad(set_to_none=False)
-        loss.backward()
-        params = [p for p in (params.parameters() if isinstance(params, nn.Module) else params)]
-        if self.distributed:
-            flat = torch.cat([p.grad.reshape(-1) for p in params])
-            torch.distributed.all_reduce(flat)
-            offset = 0
-            for p in params:
-                p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))
-                offset += p.numel()
-        if self.cfg.max_grad_norm:
-            torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)
-        optimizer.step()
+    @staticmethod
+    def _sum_across_ranks(grads):
+        """Sum gradients over ranks (losses are already divided by the global batch)."""
+        flat = torch.cat([grad.reshape(-1) for grad in grads])
+        torch.distributed.all_reduce(flat)
+        offset = 0
+        for grad in grads:
+            grad.copy_(flat[offset:offset + grad.numel()].view_as(grad))
+            offset += grad.numel()
 
-    def _soft_update(self, model: OffPolicyModel):
-        tau = self.cfg.tau
+    def _soft_update(self, model: OffPolicyModel, actor: dict, critics: dict):
+        """Move the targets towards the online networks (`actor`, `critics`: their
+        parameters by name)."""
         with torch.no_grad():
-            for online, target in ((model.critics, model.target_critics),
-                                   (model.actor, model.target_actor)):
-                torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), tau)
+            for online, target in ((critics, model.target_critics), (actor, model.target_actor)):
+                named = dict(target.named_parameters())
+                torch._foreach_lerp_([named[n] for n in online], list(online.values()),
+                                     self.cfg.tau)
 
     # ---- checkpoints -----------------------------------------------------------------
     def models(self) -> dict:

@@ -269,9 +269,11 @@ class PPO(Algorithm):
                          self.state_dim, self.mask_width, model.state_size,
                          max(1, self.bptt_len)))
         if fused:
-            group.fused = FusedStep(model, optimizer,
-                                    lambda params, *batch: self._fused_loss(group, params, *batch),
-                                    self.cfg.max_grad_norm, f"policy {name!r} (update)")
+            group.fused = FusedStep(
+                {"model": (dict(model.named_parameters()), optimizer)},
+                lambda descent, *batch: descent.step("model", self._fused_loss, group, *batch),
+                self.cfg.max_grad_norm, f"policy {name!r} (update)",
+                dynamic=env.agent_active_array is not None)  # rows in play vary
         if group.forward.active:
             self._probe(group)
         return group
@@ -481,7 +483,7 @@ class PPO(Algorithm):
             adv = normalized(adv, weights, total)
         return adv, weights, total
 
-    def _fused_loss(self, g: PolicyGroup, params: dict, rows, advantages, returns, active):
+    def _fused_loss(self, params: dict, g: PolicyGroup, rows, advantages, returns, active):
         """The minibatch's (loss, statistics) as a function of the model's parameters
         (`g.fused` differentiates and compiles it)."""
         adv, weights, _ = self._advantages(rows, advantages, active)

@@ -44,11 +44,7 @@ class SAC(OffPolicy):
         q = g.q(g.model.critics, obs, action).min(0).values
         return (alpha * log_prob - q).sum() / self.cfg.batch_size, log_prob
 
-    def after_actor_step(self, g, log_prob):
-        """Tuned alpha: one step towards an entropy of -(action dims)."""
-        model = g.model
-        if model.log_alpha.requires_grad:
-            target_entropy = -g.spec.action_width
-            loss = -(model.log_alpha * (log_prob.detach() + target_entropy)).sum() \
-                / self.cfg.batch_size
-            self._step(g, "alpha", loss, [model.log_alpha])
+    def alpha_loss(self, g, log_alpha, log_prob):
+        """Tuned alpha: towards an entropy of -(action dims)."""
+        target_entropy = -g.spec.action_width
+        return -(log_alpha * (log_prob + target_entropy)).sum() / self.cfg.batch_size

@@ -2,6 +2,7 @@
 and tag learning.
 
     python benchmarks/train_targets.py cartpole --seeds 0 1 2
+    python benchmarks/train_targets.py cartpole --seeds 0 1 2 3 4 --compile off on --no_sb3
     python benchmarks/train_targets.py pendulum --seeds 0 1 2
     python benchmarks/train_targets.py tag                 # train with the default config, then evaluate
     python benchmarks/train_targets.py tag --run RUN_DIR   # evaluate a finished run
@@ -10,7 +11,11 @@ cartpole: each run is a fresh process (`python -m gpusim.train --env cartpole
 --backend cpu`), which stops once the mean return over the last 100 finished
 episodes reaches 475; the wall time includes start-up and compilation.
 Stable-Baselines3's PPO with the rl-zoo CartPole-v1 hyperparameters runs the
-same way in its own process when it is installed.
+same way in its own process when it is installed. `--compile off on` runs
+gpusim once per `trainer.compile` mode and seed, interleaved (the compiled
+learner must solve in no more env steps than the eager one, within noise);
+the first compiled run of a machine also pays for compiling, later ones load
+the cached code.
 
 pendulum: the same for gpusim's PPO recipe (envs/pendulum/config.yaml), SAC
 (sac.yaml) and TD3 (td3.yaml), all stopping at a mean return of -200 over the
@@ -128,20 +133,30 @@ def print_sb3(label, seed, result):
               flush=True)
 
 
-def run_cartpole(seeds):
+def compile_label(mode):
+    return "" if mode == "auto" else f" ({mode})"
+
+
+def run_cartpole(seeds, compile_modes, sb3=True):
     print(f"{'impl':14} {'seed':>4} {'solved':>6} {'env steps':>10} {'wall s':>7}   split")
     for seed in seeds:
-        print_gpusim("gpusim PPO", seed, gpusim_run("cartpole", seed))
-        print_sb3("SB3 PPO", seed, sb3_run("cartpole", seed, 100_000))
+        for mode in compile_modes:
+            print_gpusim(f"gpusim PPO{compile_label(mode)}", seed,
+                         gpusim_run("cartpole", seed, "--set", f"trainer.compile={mode}"))
+        if sb3:
+            print_sb3("SB3 PPO", seed, sb3_run("cartpole", seed, 100_000))
 
 
-def run_pendulum(seeds, algorithms):
+def run_pendulum(seeds, algorithms, compile_modes, sb3=True):
     print(f"{'impl':14} {'seed':>4} {'solved':>6} {'env steps':>10} {'wall s':>7}   split")
     for seed in seeds:
         for algorithm in algorithms:
-            print_gpusim(f"gpusim {algorithm.upper()}", seed,
-                         gpusim_run("pendulum", seed, "--algorithm", algorithm))
-        print_sb3("SB3 SAC", seed, sb3_run("pendulum", seed, 60_000))
+            for mode in compile_modes:
+                print_gpusim(f"gpusim {algorithm.upper()}{compile_label(mode)}", seed,
+                             gpusim_run("pendulum", seed, "--algorithm", algorithm, "--set",
+                                        f"trainer.compile={mode}"))
+        if sb3:
+            print_sb3("SB3 SAC", seed, sb3_run("pendulum", seed, 60_000))
 
 
 def train_tag(results_dir, extra):
@@ -186,6 +201,10 @@ def main(argv=None):
     parser.add_argument("--algorithms", nargs="+", default=["ppo", "sac", "td3"],
                         help="pendulum: gpusim's algorithms to time")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--compile", nargs="+", default=["auto"],
+                        choices=["auto", "on", "off"],
+                        help="cartpole, pendulum: trainer.compile modes, each run per seed")
+    parser.add_argument("--no_sb3", action="store_true", help="skip the SB3 rows")
     parser.add_argument("--run", help="tag: evaluate this run directory instead of training")
     parser.add_argument("--episodes", type=int, default=64)
     parser.add_argument("--results_dir", default="runs")
@@ -194,10 +213,10 @@ def main(argv=None):
     print(machine())
     print(f"torch threads: {torch.get_num_threads()}\n")
     if args.target == "cartpole":
-        run_cartpole(args.seeds)
+        run_cartpole(args.seeds, args.compile, not args.no_sb3)
         return
     if args.target == "pendulum":
-        run_pendulum(args.seeds, args.algorithms)
+        run_pendulum(args.seeds, args.algorithms, args.compile, not args.no_sb3)
         return
     run_dir = args.run
     if run_dir is None:

@@ -133,6 +133,9 @@ class FusedStep:
             self.names[name] = [n for n, _ in named]
             self.params[name] = [p for _, p in named]
             self.betas[name], self.eps[name] = tuple(group["betas"]), group["eps"]
+        # detached aliases of the parameters (loading a checkpoint copies into the same
+        # tensors): the compiled step updates them in place
+        self.aliases = {name: [p.detach() for p in ps] for name, ps in self.params.items()}
         device = next(iter(self.params.values()))[0].device
         self.lr = {name: torch.zeros((), device=device) for name in optimizers}
         self.compiled = torch.compile(self._step, dynamic=dynamic or None)
@@ -146,11 +149,9 @@ class FusedStep:
             return None
         for name, optimizer in self.optimizers.items():
             self.lr[name].fill_(optimizer.param_groups[0]["lr"])
-        params = {name: [p.detach() for p in ps]  # aliases: updated in place
-                  for name, ps in self.params.items()}
         state = {name: adam_state(self.optimizers[name], ps) for name, ps in self.params.items()}
         try:
-            return self.compiled(params, state, self.lr, *inputs)
+            return self.compiled(self.aliases, state, self.lr, *inputs)
         except Exception as exc:  # noqa: BLE001 - any compiler failure: step eagerly
             print(f"gpusim: torch.compile of {self.what} failed ({describe(exc)[:200]}); "
                   "running it eagerly", file=sys.stderr, flush=True)

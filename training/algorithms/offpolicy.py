@@ -7,10 +7,12 @@ replica: uniformly random actions for the first `learning_starts` env steps,
 then the actor's, with exploration; every agent-step in play goes into its
 policy's replay ring, on the device) and `update` (`replay_ratio` x this
 process's env steps gradient steps per policy, each: sample a batch, step
-the critics towards the algorithm's target, and when due the actor).
-What differs between the algorithms is three methods: `next_action` (the
-action and entropy term the target is taken at), `actor_due` and
-`actor_loss` (ddpg.py, td3.py, sac.py).
+the critics towards the algorithm's target, and when due the actor). The
+gradient step is written once, over the networks' parameters, and run by a
+training.fused executor: one compiled call (`trainer.compile`), or eagerly.
+What differs between the algorithms is a few methods: `next_action` (the
+action and entropy term the target is taken at), `actor_due`, `actor_loss`
+and SAC's `alpha_loss` (ddpg.py, td3.py, sac.py).
 
 Actions live in [-1, 1] per dimension here (the actor's tanh); the env gets
 them scaled into its Box. Transitions keep the true final observation of a

@@ -60,10 +60,7 @@ def resolve_precision(choice: str, device: torch.device) -> Precision:
 
 def compile_enabled(choice: str, device: torch.device) -> bool:
     """`auto`: compile on CUDA GPUs (on the CPU, compiling costs more than it gains)."""
-    enabled = choice == "on" or (choice == "auto" and device.type == "cuda")
-    if enabled:
-        use_disk_cache()
-    return enabled
+    return choice == "on" or (choice == "auto" and device.type == "cuda")
 
 
 def use_disk_cache():

@@ -15,7 +15,7 @@ import torch
 from gpusim.errors import GpusimError, describe
 from gpusim.spaces import agent_index
 
-from ..acceleration import compile_enabled, resolve_precision
+from ..acceleration import compile_enabled, resolve_precision, use_disk_cache
 from ..episodes import EpisodeTracker
 
 
@@ -35,6 +35,8 @@ class Algorithm:
         self.distributed = self.world_size > 1
         self.precision = resolve_precision(config.trainer.precision, env.device)
         self.use_compile = compile_enabled(config.trainer.compile, env.device)
+        if self.use_compile:
+            use_disk_cache()
         # Rollout-sized forwards compile only on a GPU: on the CPU a compiled call costs
         # more than the few eager operators it replaces (docs/benchmarks.md, "compiled").
         self.compile_acting = self.use_compile and env.device.type == "cuda"

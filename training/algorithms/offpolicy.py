@@ -29,6 +29,7 @@ rank takes the same step and the models stay identical.
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from dataclasses import dataclass
 from typing import ClassVar
@@ -201,6 +202,7 @@ class OffPolicyGroup:
     updates: int = 0  # gradient steps taken (TD3 delays its actor by this count)
     fused: FusedStep | None = None  # the whole gradient step compiled (training.fused)
 
+    @functools.cached_property
     def optimized(self) -> dict:
         """Optimizer name -> (its parameters by name, the optimizer)."""
         model, opts = self.model, self.optimizer.by_name
@@ -262,7 +264,7 @@ class OffPolicy(Algorithm):
                               + list(env.policy_specs).index(name))
         group = OffPolicyGroup(name, spec, self.agents[name], model, optimizers, replay)
         if self.use_compile and not self.distributed:  # (DDP sums gradients between steps)
-            group.fused = FusedStep(group.optimized(),
+            group.fused = FusedStep(group.optimized,
                                     lambda descent, *batch: self._gradient_step(descent, group,
                                                                                 *batch),
                                     cfg.max_grad_norm, f"policy {name!r} (gradient step)")
@@ -335,7 +337,7 @@ class OffPolicy(Algorithm):
         out = g.fused(*inputs) if g.fused is not None else None
         if out is None:
             reduce = self._sum_across_ranks if self.distributed else None
-            out = self._gradient_step(EagerDescent(g.optimized(), cfg.max_grad_norm, reduce),
+            out = self._gradient_step(EagerDescent(g.optimized, cfg.max_grad_norm, reduce),
                                       g, *inputs)
         stats, td = out
         if cfg.prioritized_replay:

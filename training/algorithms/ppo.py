@@ -305,13 +305,18 @@ class PPO(Algorithm):
 
     def values(self, g: PolicyGroup, obs: torch.Tensor, state: torch.Tensor | None,
                memory: torch.Tensor | None = None):
-        """(envs, the policy's agents) values of an (envs, agents, obs) array (after the
-        recurrent states `memory`), or of the replicas' global `state` with a central
-        critic."""
+        """(envs, the policy's agents) values of an env's (envs, agents, obs) array."""
+        return self._critic(g, self.observe(g.name, obs), state, memory)
+
+    def _critic(self, g: PolicyGroup, own: torch.Tensor, state: torch.Tensor | None,
+                memory: torch.Tensor | None = None):
+        """(..., the policy's agents) values of its own observations `own` (..., agents,
+        obs) after the recurrent states `memory`, or of the replicas' global `state`
+        (..., state) with a central critic."""
         with self.precision.autocast():
             if state is not None:
-                return g.value(state)[:, None].expand(-1, g.spec.num_agents)
-            own = self.observe(g.name, obs)
+                value = g.value(state)
+                return value[..., None].expand(*value.shape, g.spec.num_agents)
             return g.value(own) if memory is None else g.value(own, memory)
 
     # ---- rollout -------------------------------------------------------------------
@@ -358,13 +363,7 @@ class PPO(Algorithm):
         """Every step's value, in one critic call per policy over the stored rollout (the
         critic does not act, so it need not run per step)."""
         for g in self.groups:
-            buf = g.buffer
-            with self.precision.autocast():
-                if buf.states is not None:
-                    values = g.value(buf.states)[..., None].expand_as(buf.values)
-                else:
-                    values = g.value(buf.obs)
-            buf.values.copy_(values)
+            g.buffer.values.copy_(self._critic(g, g.buffer.obs, g.buffer.states))
 
     def _store_outcome(self, t: int, reward, done, truncated, active):
         """Step t's rewards and done marks; the truncation bootstrap; episode returns."""

@@ -50,6 +50,28 @@ def test_compiled_tanh_form_agrees_with_tanh(monkeypatch):
     torch.testing.assert_close(fast, torch.tanh(x), rtol=0, atol=2e-7)
 
 
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_eager_sigmoid_tanh_agrees_with_tanh(requires_grad):
+    """Eager CPU tanh on large inputs is 2 sigmoid(2x) - 1: the values within 2e-7 and, with
+    autograd, tanh's own gradient."""
+    x = torch.cat([torch.linspace(-30, 30, 100001), torch.tensor([0.0, 1e-8, -1e-8, 100, -100])])
+    assert x.numel() >= max(models.SIGMOID_TANH_MIN_ELEMENTS,
+                            models.SIGMOID_TANH_MIN_ELEMENTS_GRAD)  # the sigmoid form runs
+    x.requires_grad_(requires_grad)
+    fast = models.tanh(x)
+    if requires_grad:
+        assert "SigmoidTanh" in type(fast.grad_fn).__name__
+    reference = torch.tanh(x)
+    torch.testing.assert_close(fast, reference, rtol=0, atol=2e-7)
+    if requires_grad:
+        upstream = torch.randn_like(x)
+        mine, = torch.autograd.grad(fast, x, upstream)
+        theirs, = torch.autograd.grad(reference, x, upstream)
+        # d/dx = upstream (1 - y^2): the outputs' 2e-7 apart moves it by 2 |y upstream| 2e-7
+        bound = 4e-7 * (fast.detach().abs() * upstream.abs()).max() + 1e-7
+        torch.testing.assert_close(mine, theirs, rtol=0, atol=float(bound))
+
+
 def test_rollout_values_are_the_per_step_critic():
     trainer = trainer_for("cartpole")
     algorithm = trainer.algorithm

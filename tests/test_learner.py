@@ -99,6 +99,8 @@ def test_precision_resolution():
     with pytest.raises(ConfigError, match="tf32 needs a CUDA GPU"):
         acceleration.resolve_precision("tf32", cpu)
     assert not acceleration.compile_enabled("auto", cpu)
+    assert acceleration.compile_enabled("auto", cpu, pays_on_cpu=True)
+    assert not acceleration.compile_enabled("off", cpu, pays_on_cpu=True)
     assert acceleration.compile_enabled("on", cpu)
     with pytest.raises(ConfigError, match="'trainer.precision' must be one of"):
         load_run_config("cartpole", CARTPOLE, overrides={"trainer.precision": "fp8"})

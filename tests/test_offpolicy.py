@@ -46,6 +46,23 @@ def test_each_algorithm_updates_its_networks_and_reports_losses(algorithm):
         assert not torch.equal(before["log_alpha"], after["log_alpha"])
 
 
+def test_compile_auto_compiles_long_off_policy_runs_on_the_cpu():
+    """`trainer.compile: auto` on the CPU: a run of CPU_COMPILE_MIN_STEPS gradient steps or
+    more (after learning_starts) compiles its gradient step; a shorter one, or PPO, runs
+    eagerly; `off` always wins."""
+    from gpusim.training.algorithms.offpolicy import CPU_COMPILE_MIN_STEPS
+    steps = 4 * 8  # env steps per iteration; x replay_ratio 0.25: 8 gradient steps
+    enough = (CPU_COMPILE_MIN_STEPS // 8 + TINY["trainer.learning_starts"] // steps) * steps
+    assert Trainer(tiny("sac", **{"trainer.total_steps": enough}), PENDULUM).algorithm.use_compile
+    assert not Trainer(tiny("sac", **{"trainer.total_steps": enough - steps}),
+                       PENDULUM).algorithm.use_compile
+    assert not Trainer(tiny("sac", **{"trainer.total_steps": enough, "trainer.compile": "off"}),
+                       PENDULUM).algorithm.use_compile
+    ppo = load_run_config("pendulum", PENDULUM, overrides={
+        "trainer.backend": "cpu", "trainer.num_envs": 4, "trainer.total_steps": 10**9})
+    assert not Trainer(ppo, PENDULUM).algorithm.use_compile
+
+
 def test_td3_steps_its_actor_every_policy_delay_critic_steps(monkeypatch):
     trainer = Trainer(tiny("td3", **{"trainer.policy_delay": 3}), PENDULUM)
     trainer.algorithm.collect(10**6)  # past learning_starts

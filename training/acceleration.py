@@ -58,9 +58,13 @@ def resolve_precision(choice: str, device: torch.device) -> Precision:
     return Precision(choice, device.type)
 
 
-def compile_enabled(choice: str, device: torch.device) -> bool:
-    """`auto`: compile on CUDA GPUs (on the CPU, compiling costs more than it gains)."""
-    return choice == "on" or (choice == "auto" and device.type == "cuda")
+def compile_enabled(choice: str, device: torch.device, pays_on_cpu: bool = False) -> bool:
+    """`auto`: compile on CUDA GPUs, and on the CPU where the learner says compiling pays
+    for itself there (`pays_on_cpu`: a long off-policy run; elsewhere compiling costs
+    more than it gains, docs/benchmarks.md, "compiled learner")."""
+    if choice == "auto":
+        return device.type == "cuda" or pays_on_cpu
+    return choice == "on"
 
 
 def use_disk_cache():

@@ -20,6 +20,7 @@ one line, to the caller's eager step.
 from __future__ import annotations
 
 import sys
+import time
 
 import torch
 
@@ -139,6 +140,7 @@ class FusedStep:
         device = next(iter(self.params.values()))[0].device
         self.lr = {name: torch.zeros((), device=device) for name in optimizers}
         self.compiled = torch.compile(self._step, dynamic=dynamic or None)
+        self.calls = 0
 
     def _step(self, params, state, lr, *inputs):
         return self.body(Descent(self, params, state, lr), *inputs)
@@ -151,9 +153,22 @@ class FusedStep:
             self.lr[name].fill_(optimizer.param_groups[0]["lr"])
         state = {name: adam_state(self.optimizers[name], ps) for name, ps in self.params.items()}
         try:
+            if self.calls == 0:  # the first call compiles: say so, as a log shows kernels'
+                return self._first_call(state, inputs)
+            self.calls += 1
             return self.compiled(self.aliases, state, self.lr, *inputs)
         except Exception as exc:  # noqa: BLE001 - any compiler failure: step eagerly
             print(f"gpusim: torch.compile of {self.what} failed ({describe(exc)[:200]}); "
                   "running it eagerly", file=sys.stderr, flush=True)
             self.compiled = None
             return None
+
+    def _first_call(self, state, inputs):
+        print(f"gpusim: compiling {self.what} with torch.compile (later runs load most of it "
+              "from the disk cache)", file=sys.stderr, flush=True)
+        start = time.perf_counter()
+        out = self.compiled(self.aliases, state, self.lr, *inputs)
+        self.calls += 1
+        print(f"gpusim: {self.what} compiled in {time.perf_counter() - start:.1f} s",
+              file=sys.stderr, flush=True)
+        return out

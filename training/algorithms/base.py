@@ -34,7 +34,8 @@ class Algorithm:
         self.rank, self.world_size = context.rank, context.world_size
         self.distributed = self.world_size > 1
         self.precision = resolve_precision(config.trainer.precision, env.device)
-        self.use_compile = compile_enabled(config.trainer.compile, env.device)
+        self.use_compile = compile_enabled(config.trainer.compile, env.device,
+                                           self.compiling_pays_on_cpu())
         if self.use_compile:
             use_disk_cache()
         # Rollout-sized forwards compile only on a GPU: on the CPU a compiled call costs
@@ -46,6 +47,12 @@ class Algorithm:
         env.backend.check_fits(f"the rollout's episode log ({rollout_len} steps x {env.num_envs:,} "
                                "replicas)", 4 * rollout_len * env.num_envs * (len(self.agents) + 1))
         self.episodes = EpisodeTracker(env, rollout_len, self.agents)
+
+    def compiling_pays_on_cpu(self) -> bool:
+        """Whether `trainer.compile: auto` compiles this run's learner on the CPU too, where
+        a first compile takes tens of seconds (later runs load it from the disk cache in a
+        few). Default: no (PPO's recipes run a few thousand short minibatch steps)."""
+        return False
 
     def check_models_fit(self, networks: int):
         """Refuse, before allocating, policy networks that cannot fit the device."""

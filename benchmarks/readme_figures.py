@@ -3,9 +3,13 @@ each a fresh process, wall time from start to exit.
 
     python benchmarks/readme_figures.py                 # the training commands
     python benchmarks/readme_figures.py --tests         # and the test suite: default, then slow
+    python benchmarks/readme_figures.py --only SAC      # the rows whose name holds SAC
 
 - the main job (`python -m gpusim.train --env tag_continuous`) twice: first with an
   empty compile cache (a first run: every kernel compiles), then again (loads them);
+- pendulum SAC likewise, cold then warm (its gradient step is torch.compiled by
+  default on the CPU: the first run compiles it), and warm with the eager learner
+  (`trainer.compile=off`) beside it;
 - cartpole, acrobot and tag_gridworld with their recipes, warm cache;
 - with `--tests`: `python -m pytest -q` (the README's test command) and
   `python -m pytest -q -m "slow and not learning"` (what CI runs after it), each
@@ -34,7 +38,11 @@ COMMANDS = {  # name -> gpusim.train arguments (the README's commands)
     "cartpole": ["--env", "cartpole"],
     "acrobot": ["--env", "acrobot"],
     "tag_gridworld": ["--env", "tag_gridworld"],
+    "pendulum SAC": ["--env", "pendulum", "--algorithm", "sac"],
+    "pendulum SAC, compile off": ["--env", "pendulum", "--algorithm", "sac",
+                                  "--set", "trainer.compile=off"],
 }
+COLD_TOO = ("tag_continuous (main job)", "pendulum SAC")  # also timed with an empty cache
 DONE = re.compile(r"^done[^\n]*", re.MULTILINE)
 
 
@@ -62,13 +70,16 @@ def train(args: list[str], results: str, cache: str | None = None) -> tuple[floa
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tests", action="store_true", help="time the test suite too")
+    parser.add_argument("--only", default="", help="only the commands whose name holds this")
     args = parser.parse_args(argv)
     print(machine())
     print(f"load average at start: {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
     rows = []
     with tempfile.TemporaryDirectory() as results, tempfile.TemporaryDirectory() as cold:
         for name, command in COMMANDS.items():
-            if name.startswith("tag_continuous"):
+            if args.only not in name:
+                continue
+            if name in COLD_TOO:
                 rows.append((f"{name}, first run (empty compile cache)",
                              *train(command, results, cache=cold)))
                 rows.append((f"{name}, later runs", *train(command, results)))

@@ -124,3 +124,30 @@ def test_bad_probs(probs, message):
     with pytest.raises(ArrayError) as err:
         ActionSampler(env).sample(probs)
     assert message in str(err.value)
+
+
+def test_actors_draw_with_the_policys_own_log_probabilities():
+    """Training rollouts draw from the policy's log-softmax (exponentiated by torch, drawn by
+    the kernel): the reported log-probability is the policy's own at the drawn action, within
+    1e-6, so PPO's first ratio is 1; the draws follow the softmax."""
+    from gpusim.training.actors import Actors
+    from gpusim.training.models import ActorCritic
+    env = make_tag(num_envs=4000, **TINY)
+    torch.manual_seed(0)
+    models = {name: ActorCritic(spec.obs_dim, spec.actions, (16,))
+              for name, spec in env.policy_specs.items()}
+    actors = Actors(env, models)
+    obs = env.arrays["obs"]
+    acted = actors.act(obs)
+    for name, spec in env.policy_specs.items():
+        own = obs[:, actors.agents[name], :spec.obs_dim]
+        with torch.no_grad():
+            theirs, _, _ = models[name](own, acted.stored[name])
+        torch.testing.assert_close(acted.log_prob[name], theirs, rtol=0, atol=1e-6)
+        # first component of the first agent, every replica: its draws follow the softmax
+        with torch.no_grad():
+            probs = models[name].component_log_probs(own[:, :1])[0].exp().double()
+        observed = np.bincount(acted.stored[name][:, 0, 0].long().numpy(),
+                               minlength=probs.shape[-1])
+        expected = probs[:, 0].sum(0).numpy()
+        assert stats.chisquare(observed, expected / expected.sum() * observed.sum()).pvalue > 1e-4

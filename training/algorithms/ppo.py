@@ -126,13 +126,13 @@ class PolicyBuffer:
         """The flat rows `index` (step, replica, agent) of every field the loss reads; `index`
         may have a sequence dim: (sequences, steps)."""
         def flat(x):
-            return x.view((-1,) + x.shape[3:])[index]
+            return take(x.view((-1,) + x.shape[3:]), index)
         out = {"index": index, "obs": flat(self.obs), "actions": flat(self.actions),
                "log_probs": flat(self.log_probs), "values": flat(self.values),
                "mask": None if self.masks is None else flat(self.masks), "critic_obs": None}
         if self.states is not None:  # a row's replica state: its (step, replica) row
             agents = self.obs.shape[2]
-            out["critic_obs"] = self.states.view(-1, self.states.shape[-1])[index // agents]
+            out["critic_obs"] = take(self.states.view(-1, self.states.shape[-1]), index // agents)
         return out
 
 
@@ -464,7 +464,7 @@ class PPO(Algorithm):
             part_weights = None if weights is None else weights[part]
             with sync:
                 chunk_stats, loss = self._loss(g, g.buffer.rows(rows[part]), adv[part],
-                                               returns[rows[part]], part_weights)
+                                               take(returns, rows[part]), part_weights)
                 share = (rows[part].numel() if weights is None else part_weights.sum()) / total
                 (loss * share).backward()
             stats += chunk_stats * share
@@ -475,8 +475,8 @@ class PPO(Algorithm):
     def _advantages(self, rows, advantages, active):
         """The minibatch's advantages (normalised over the whole minibatch, as unchunked),
         its rows' weights (None: all count) and their total."""
-        adv = advantages[rows]
-        weights = None if active is None else active[rows]
+        adv = take(advantages, rows)
+        weights = None if active is None else take(active, rows)
         total = rows.numel() if weights is None else weights.sum().clamp_min(1.0)
         if self.cfg.norm_adv and adv.numel() > 1:
             adv = normalized(adv, weights, total)
@@ -489,7 +489,8 @@ class PPO(Algorithm):
 
         def forward(*inputs):
             return torch.func.functional_call(g.model, params, inputs)
-        stats, loss = self._loss(g, g.buffer.rows(rows), adv, returns[rows], weights, forward)
+        stats, loss = self._loss(g, g.buffer.rows(rows), adv, take(returns, rows), weights,
+                                 forward)
         return loss, stats
 
     def _forward_inputs(self, g: PolicyGroup, rows) -> tuple:
@@ -507,7 +508,7 @@ class PPO(Algorithm):
         dones = buf.dones.reshape(-1)
         resets = torch.zeros(rows.shape, dtype=torch.bool, device=rows.device)
         if steps > 1:  # an episode that ended with step l-1 restarts the state at l
-            resets[:, 1:] = dones[rows[:, :-1]]
+            resets[:, 1:] = take(dones, rows[:, :-1])
         return inputs + (start_state, resets)
 
     def _loss(self, g: PolicyGroup, batch: dict, adv, returns, weights=None, forward=None):
@@ -551,6 +552,12 @@ class PPO(Algorithm):
     def acting_model(cls, config, env, spec):
         state_dim = env.global_state().shape[-1] if config.policy.critic == "central" else None
         return make_model(spec, config.policy, state_dim)
+
+
+def take(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """x[index] along dim 0, for an index of any shape: index_select, which on the CPU runs
+    about 3x faster than advanced indexing (a minibatch's gather was 14% of an update)."""
+    return x.index_select(0, index.reshape(-1)).view(index.shape + x.shape[1:])
 
 
 def normalized(adv, weights, total):

@@ -89,7 +89,8 @@ class ActionSampler:
     `width` the largest sum(nvec) of a discrete policy: an agent's
     components' probability vectors side by side from entry 0 (weights that
     need not sum to 1), or with `log_space=True` their log-probabilities
-    (e.g. a policy's log-softmax, read without an exp pass over the tensor);
+    (e.g. a policy's log-softmax; the kernel's scalar exp costs more on a CPU
+    than a torch exp pass first, which is what training.actors does);
     entries beyond its own sum(nvec) are not read. The returned actions
     (num_envs, num_agents, most components) are the sampler's own buffer,
     overwritten by the next call (0 for components an agent lacks); so is

@@ -140,7 +140,7 @@ class FusedStep:
         device = next(iter(self.params.values()))[0].device
         self.lr = {name: torch.zeros((), device=device) for name in optimizers}
         self.compiled = torch.compile(self._step, dynamic=dynamic or None)
-        self.calls = 0
+        self.compiled_once = False  # the first call compiles (or loads from the disk cache)
 
     def _step(self, params, state, lr, *inputs):
         return self.body(Descent(self, params, state, lr), *inputs)
@@ -153,9 +153,8 @@ class FusedStep:
             self.lr[name].fill_(optimizer.param_groups[0]["lr"])
         state = {name: adam_state(self.optimizers[name], ps) for name, ps in self.params.items()}
         try:
-            if self.calls == 0:  # the first call compiles: say so, as a log shows kernels'
+            if not self.compiled_once:  # say so, as a log shows kernels' compiles
                 return self._first_call(state, inputs)
-            self.calls += 1
             return self.compiled(self.aliases, state, self.lr, *inputs)
         except Exception as exc:  # noqa: BLE001 - any compiler failure: step eagerly
             print(f"gpusim: torch.compile of {self.what} failed ({describe(exc)[:200]}); "
@@ -168,7 +167,7 @@ class FusedStep:
               "from the disk cache)", file=sys.stderr, flush=True)
         start = time.perf_counter()
         out = self.compiled(self.aliases, state, self.lr, *inputs)
-        self.calls += 1
+        self.compiled_once = True
         print(f"gpusim: {self.what} compiled in {time.perf_counter() - start:.1f} s",
               file=sys.stderr, flush=True)
         return out

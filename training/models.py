@@ -57,12 +57,10 @@ def tanh(x):
     (tests/test_fused.py)."""
     if torch.compiler.is_compiling():
         return 1 - 2 / (torch.exp(2 * x) + 1)
-    if x.device.type != "cpu":
+    smallest = SIGMOID_TANH_MIN_ELEMENTS_GRAD if x.requires_grad else SIGMOID_TANH_MIN_ELEMENTS
+    if x.device.type != "cpu" or x.numel() < smallest:
         return torch.tanh(x)
-    if not x.requires_grad:
-        return _sigmoid_tanh(x) if x.numel() >= SIGMOID_TANH_MIN_ELEMENTS else torch.tanh(x)
-    return _SigmoidTanh.apply(x) if x.numel() >= SIGMOID_TANH_MIN_ELEMENTS_GRAD \
-        else torch.tanh(x)
+    return _SigmoidTanh.apply(x) if x.requires_grad else _sigmoid_tanh(x)
 
 
 class Tanh(nn.Module):

@@ -8,7 +8,8 @@ its guard `guard(env, s, p)` is true (used for auto-reset).
 
 Between phases comes a barrier: `cuda.syncthreads()` in the CUDA kernel
 (grid = replicas, block = agents), the end of the agent loop in the CPU
-kernel (replicas across cores with prange). This module writes the source
+kernel (chunks of replicas across cores with prange, each chunk one call of a
+function into which the backend inlines every phase). This module writes the source
 of both kernels; the backends compile it.
 """
 from __future__ import annotations
@@ -102,10 +103,20 @@ def cuda_source(spec: KernelSpec) -> tuple[str, dict]:
     return "\n".join(lines) + "\n", _callables(spec)
 
 
-def cpu_source(spec: KernelSpec) -> tuple[str, dict]:
-    """Source of `kernel(num_envs, num_agents, s, p)`: replicas in prange."""
-    lines = ["def kernel(num_envs, num_agents, s, p):",
-             "    for env in prange(num_envs):"]
+CPU_CHUNK = 16  # replicas per call of a CPU kernel's per-chunk function
+
+
+def cpu_source(spec: KernelSpec, wrap: str | None = None) -> tuple[str, dict]:
+    """Source of `kernel(num_envs, num_agents, s, p)`: chunks of replicas in prange, each
+    chunk run by `replicas(first, end, num_agents, s, p)` (both functions are compiled by
+    the backend). With `wrap`, the name of a function, the phases get `wrap(s)` and
+    `wrap(p)` as `s` and `p`."""
+    if wrap:
+        lines = ["def replicas(first, end, num_agents, arrays, params):",
+                 f"    s = {wrap}(arrays)", f"    p = {wrap}(params)"]
+    else:
+        lines = ["def replicas(first, end, num_agents, s, p):"]
+    lines.append("    for env in range(first, end):")
     for k, section in enumerate(spec.sections):
         pad = "        "
         if section.guard is not None:
@@ -117,6 +128,14 @@ def cpu_source(spec: KernelSpec) -> tuple[str, dict]:
             else:
                 lines.append(f"{pad}for agent in range(num_agents):")
                 lines.append(f"{pad}    phase{k}_{j}(env, agent, s, p)")
+    if not spec.sections:
+        lines.append("        pass")
+    lines += ["", "",
+              "def kernel(num_envs, num_agents, s, p):",
+              f"    chunks = (num_envs + {CPU_CHUNK - 1}) // {CPU_CHUNK}",
+              "    for chunk in prange(chunks):",
+              f"        first = chunk * {CPU_CHUNK}",
+              f"        replicas(first, min(first + {CPU_CHUNK}, num_envs), num_agents, s, p)"]
     return "\n".join(lines) + "\n", _callables(spec)
 
 

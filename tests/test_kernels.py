@@ -55,10 +55,12 @@ def expected(num_envs, num_agents, scale):
     return value, total, neighbour
 
 
-@pytest.mark.parametrize("backend_name", ["cpu", "cudasim"])
-def test_phases_barriers_and_guards(backend_name):
+@pytest.mark.parametrize("backend_name,num_envs", [("cpu", 3), ("cpu", 2 * kernels.CPU_CHUNK + 5),
+                                                  ("cudasim", 3)])
+def test_phases_barriers_and_guards(backend_name, num_envs):
+    """Every replica runs, in chunks of CPU_CHUNK on the CPU (one partial chunk here)."""
     backend = get_backend(backend_name)
-    num_envs, num_agents = 3, 4
+    num_agents = 4
     arrays = {"value": torch.zeros((num_envs, num_agents), dtype=torch.int64),
               "total": torch.zeros(num_envs, dtype=torch.int64),
               "neighbour": torch.zeros((num_envs, num_agents), dtype=torch.int64)}
@@ -76,7 +78,7 @@ def test_generated_sources_put_barriers_between_phases():
     assert cuda_src.count("cuda.syncthreads()") >= 4
     assert "if agent == 0:" in cuda_src and "if run1:" in cuda_src
     cpu_src, _ = kernels.cpu_source(SPEC)
-    assert "prange(num_envs)" in cpu_src and "if guard1(env, s, p):" in cpu_src
+    assert "prange(chunks)" in cpu_src and "if guard1(env, s, p):" in cpu_src
 
 
 def test_compiled_kernels_are_cached_per_spec():

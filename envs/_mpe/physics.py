@@ -21,8 +21,8 @@ Arrays every scenario has (`world.ParticleEnv.array_specs`): `pos`, `vel`
 `force` (agent, (2,)) and `comm` (agent, (max(dim_c, 1),)), and three
 constant tables whose columns are named below: `agent_body` (N x 4 float32),
 `agent_flags` (N x 3 int32) and `landmark_body` (L x 3 float32). Few arrays
-keep kernels quick to compile: every call of a phase or helper passes them
-all.
+keep kernels quick to compile: on a GPU every call of a phase or helper
+passes them all (on the CPU, one pointer to them: gpusim.backends.cpu_refs).
 """
 import math
 

@@ -1,5 +1,7 @@
 """`cpu`: portable kernels as numba `njit(parallel=True)` loops over replicas.
 
+Each replica's phases get the arrays and parameters by reference
+(`cpu_refs.by_reference`: one pointer per call instead of hundreds of words).
 Kernels are cached on disk (gpusim.cache), so a second process, or a second
 run, loads machine code in milliseconds instead of compiling for seconds.
 """
@@ -7,9 +9,13 @@ import numba
 import torch
 
 from gpusim import cache, kernels
+from gpusim.backends import cpu_refs
 from gpusim.backends.base import Backend, Kernel
 
-DECORATE = 'kernel = njit(parallel=True, error_model="numpy", cache=True)(kernel)'
+HEADER = "from numba import njit, prange\nfrom gpusim.backends.cpu_refs import by_reference"
+DECORATE = ('replicas = njit(error_model="numpy", forceinline=True, cache=True)(replicas)\n'
+            'kernel = njit(parallel=True, error_model="numpy", cache=True)(kernel)')
+FORM = 2  # the generated kernel's form, in its cache key: bump when cpu_refs changes
 
 
 class CPUKernel(Kernel):
@@ -33,12 +39,13 @@ class CPUBackend(Backend):
         return tensor.numpy()
 
     def _compile(self, spec):
-        source, callables = kernels.cpu_source(spec)
-        module = cache.generated_module("cpu", source, callables,
-                                        header="from numba import njit, prange",
-                                        footer=DECORATE, key_parts=(numba.__version__,))
+        source, callables = kernels.cpu_source(spec, wrap="by_reference")
+        module = cache.generated_module("cpu", source, callables, header=HEADER,
+                                        footer=DECORATE, key_parts=(numba.__version__, FORM))
         if module is not None:
             return CPUKernel(module.kernel)
-        namespace = dict(callables, prange=numba.prange, __kernel_name__=spec.name)
-        return CPUKernel(numba.njit(parallel=True, error_model="numpy")(
-            kernels.build(source, namespace)))
+        namespace = dict(callables, prange=numba.prange, by_reference=cpu_refs.by_reference,
+                         __kernel_name__=spec.name)
+        kernels.build(source, namespace)
+        namespace["replicas"] = numba.njit(error_model="numpy", forceinline=True)(namespace["replicas"])
+        return CPUKernel(numba.njit(parallel=True, error_model="numpy")(namespace["kernel"]))

@@ -103,13 +103,19 @@ def cuda_source(spec: KernelSpec) -> tuple[str, dict]:
     return "\n".join(lines) + "\n", _callables(spec)
 
 
-CPU_CHUNK = 16  # replicas per call of a CPU kernel's per-chunk function
+CPU_CHUNK = 16  # the most replicas per call of a CPU kernel's per-chunk function
+
+
+def cpu_chunk(num_envs: int, threads: int) -> int:
+    """Replicas per chunk: CPU_CHUNK, or fewer where that would leave a thread fewer than 4
+    chunks (16 replicas of 100 agents on 2 threads: 2 per chunk)."""
+    return max(1, min(CPU_CHUNK, num_envs // (4 * threads)))
 
 
 def cpu_source(spec: KernelSpec, wrap: str | None = None) -> tuple[str, dict]:
-    """Source of `kernel(num_envs, num_agents, s, p)`: chunks of replicas in prange, each
-    chunk run by `replicas(first, end, num_agents, s, p)` (both functions are compiled by
-    the backend). With `wrap`, the name of a function, the phases get `wrap(s)` and
+    """Source of `kernel(num_envs, num_agents, s, p, size)`: chunks of `size` replicas
+    (`cpu_chunk`) in prange, each run by `replicas(first, end, num_agents, s, p)` (both
+    functions are compiled by the backend). With `wrap`, the name of a function, the phases get `wrap(s)` and
     `wrap(p)` as `s` and `p`."""
     if wrap:
         lines = ["def replicas(first, end, num_agents, arrays, params):",
@@ -131,11 +137,11 @@ def cpu_source(spec: KernelSpec, wrap: str | None = None) -> tuple[str, dict]:
     if not spec.sections:
         lines.append("        pass")
     lines += ["", "",
-              "def kernel(num_envs, num_agents, s, p):",
-              f"    chunks = (num_envs + {CPU_CHUNK - 1}) // {CPU_CHUNK}",
+              "def kernel(num_envs, num_agents, s, p, size):",
+              "    chunks = (num_envs + size - 1) // size",
               "    for chunk in prange(chunks):",
-              f"        first = chunk * {CPU_CHUNK}",
-              f"        replicas(first, min(first + {CPU_CHUNK}, num_envs), num_agents, s, p)"]
+              "        first = chunk * size",
+              "        replicas(first, min(first + size, num_envs), num_agents, s, p)"]
     return "\n".join(lines) + "\n", _callables(spec)
 
 

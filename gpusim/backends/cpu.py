@@ -19,16 +19,19 @@ FORM = 2  # the generated kernel's form, in its cache key: bump when cpu_refs ch
 
 
 class CPUKernel(Kernel):
-    """A numba njit kernel over replicas; `precompile(s, p)` compiles for those types."""
+    """A numba njit kernel over chunks of replicas (their size picked per call for the
+    threads numba has then); `precompile(s, p)` compiles for those types."""
 
     def __init__(self, dispatcher):
         self.dispatcher = dispatcher
 
     def __call__(self, num_envs, num_agents, s, p):
-        self.dispatcher(num_envs, num_agents, s, p)
+        size = kernels.cpu_chunk(num_envs, numba.get_num_threads())
+        self.dispatcher(num_envs, num_agents, s, p, size)
 
     def precompile(self, s, p):
-        self.dispatcher.compile((numba.int64, numba.int64, numba.typeof(s), numba.typeof(p)))
+        self.dispatcher.compile((numba.int64, numba.int64, numba.typeof(s), numba.typeof(p),
+                                 numba.int64))
 
 
 class CPUBackend(Backend):
@@ -47,5 +50,6 @@ class CPUBackend(Backend):
         namespace = dict(callables, prange=numba.prange, by_reference=cpu_refs.by_reference,
                          __kernel_name__=spec.name)
         kernels.build(source, namespace)
-        namespace["replicas"] = numba.njit(error_model="numpy", forceinline=True)(namespace["replicas"])
+        replicas = numba.njit(error_model="numpy", forceinline=True)
+        namespace["replicas"] = replicas(namespace["replicas"])
         return CPUKernel(numba.njit(parallel=True, error_model="numpy")(namespace["kernel"]))

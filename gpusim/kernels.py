@@ -114,9 +114,9 @@ def cpu_chunk(num_envs: int, threads: int) -> int:
 
 def cpu_source(spec: KernelSpec, wrap: str | None = None) -> tuple[str, dict]:
     """Source of `kernel(num_envs, num_agents, s, p, size)`: chunks of `size` replicas
-    (`cpu_chunk`) in prange, each run by `replicas(first, end, num_agents, s, p)` (both
-    functions are compiled by the backend). With `wrap`, the name of a function, the phases get `wrap(s)` and
-    `wrap(p)` as `s` and `p`."""
+    (`cpu_chunk`) in prange, each run by `replicas(first, end, num_agents, s, p)` (the
+    backend compiles both). With `wrap`, the name of a function, the phases get `wrap(s)`
+    and `wrap(p)` as their `s` and `p`."""
     if wrap:
         lines = ["def replicas(first, end, num_agents, arrays, params):",
                  f"    s = {wrap}(arrays)", f"    p = {wrap}(params)"]

@@ -1,7 +1,8 @@
-"""`cpu`: portable kernels as numba `njit(parallel=True)` loops over replicas.
+"""`cpu`: portable kernels as numba `njit(parallel=True)` loops over chunks of replicas.
 
-Each replica's phases get the arrays and parameters by reference
-(`cpu_refs.by_reference`: one pointer per call instead of hundreds of words).
+A chunk is one call of a function compiled with `forceinline`, so every phase
+and helper is inlined into it, and they get the arrays and parameters by
+reference (`cpu_refs.by_reference`: one pointer instead of hundreds of words).
 Kernels are cached on disk (gpusim.cache), so a second process, or a second
 run, loads machine code in milliseconds instead of compiling for seconds.
 """

@@ -6,7 +6,7 @@ to 30 arrays moved about 250 arguments, and LLVM declined to inline a callee
 with any branching at that size (a one-line guard with an `or` cost 115 ns a
 call). numba also counts references to each array a call receives: atomic
 writes to counters that every thread shares, so replicas on two threads ran
-slower than on one (simple_spread with 3 agents: 660 against 480 ns per
+slower than on one (simple_spread with 3 agents: 660 against 461 ns per
 agent-step).
 
 `by_reference(t)` stores the named tuple `t` once, in the frame of the

@@ -20,7 +20,9 @@ medians (with hog / quiet). gpusim's throughput is its training time's
 
 `--baseline DIR` also runs the gpusim workloads from another checkout (its
 `.venv`), side by side, e.g. the commit before a change; repeat it for more
-checkouts (rows named by the folder).
+checkouts (rows named by the folder). `--dedicated` also runs them with the
+README's setting for a quiet machine of one's own (torch on every core,
+`OMP_WAIT_POLICY=ACTIVE`), rows named "dedicated".
 """
 from __future__ import annotations
 
@@ -52,12 +54,20 @@ SB3_NAME = "SB3 PPO CartPole-v1, 8 envs"
 SB3_STEPS = 40960
 DONE = re.compile(r"^done.*\(([\d,]+) steps/s\)", re.MULTILINE)
 HOG = "while True:\n    pass\n"
+# the README's setting for a quiet machine of one's own: torch's threads on every core, spinning
+DEDICATED_ENV = {"OMP_WAIT_POLICY": "ACTIVE"}
 
 
-def run_gpusim(python: str, cwd: Path, args: list[str], results: str) -> float:
+def dedicated_args() -> list[str]:
+    return ["--set", f"trainer.torch_threads={len(os.sched_getaffinity(0))}"]
+
+
+def run_gpusim(python: str, cwd: Path, args: list[str], results: str,
+               environ: dict | None = None) -> float:
     argv = [python, "-m", "gpusim.train", *args, "--backend", "cpu", "--quiet",
             "--results_dir", results, "--set", "trainer.checkpoint_every=100000"]
-    done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=1800)
+    done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=1800,
+                          env={**os.environ, **(environ or {})})
     match = DONE.search(done.stdout)
     if done.returncode != 0 or match is None:
         raise SystemExit(f"error: {' '.join(args)} failed ({done.returncode}): "
@@ -92,12 +102,15 @@ def sb3_in_child() -> float:
     return float(done.stdout.split()[-1])
 
 
-def workloads(baselines: list[Path], results: str) -> dict:
+def workloads(baselines: list[Path], results: str, dedicated: bool = False) -> dict:
     """name -> a function running it once and returning env steps per second."""
     here = Path(sys.executable)
     out = {}
     for name, args in GPUSIM_WORKLOADS.items():
         out[f"gpusim {name}"] = lambda a=args: run_gpusim(str(here), ROOT, a, results)
+        if dedicated:
+            out[f"dedicated {name}"] = lambda a=args: run_gpusim(
+                str(here), ROOT, [*a, *dedicated_args()], results, DEDICATED_ENV)
         for tree in baselines:
             python = str(tree / ".venv" / "bin" / "python")
             out[f"{tree.name} {name}"] = \
@@ -137,7 +150,7 @@ def cell(values: list[float]) -> str:
     return f"{statistics.median(values):,.0f} ({min(values):,.0f}-{max(values):,.0f})"
 
 
-def report(rates: dict, names: list[str], baselines: list[Path]):
+def report(rates: dict, names: list[str], baselines: list[Path], dedicated: bool = False):
     print("\n| workload | quiet: median (range) | with hog: median (range) | ratio |")
     print("|---|---:|---:|---:|")
     for name in names:
@@ -151,9 +164,13 @@ def report(rates: dict, names: list[str], baselines: list[Path]):
             print(f"{condition}: gpusim cartpole / SB3 = "
                   f"{med[(cartpole, condition)] / med[(SB3_NAME, condition)]:.1f}x")
         for name in GPUSIM_WORKLOADS:
-            for tree in baselines:
-                print(f"{condition}: {name}, this checkout / {tree.name} = "
-                      f"{med[(f'gpusim {name}', condition)] / med[(f'{tree.name} {name}', condition)]:.2f}x")
+            rows = [tree.name for tree in baselines]
+            for other in rows:
+                print(f"{condition}: {name}, this checkout / {other} = "
+                      f"{med[(f'gpusim {name}', condition)] / med[(f'{other} {name}', condition)]:.2f}x")
+            for other in rows if dedicated else ():
+                print(f"{condition}: {name}, dedicated / {other} = "
+                      f"{med[(f'dedicated {name}', condition)] / med[(f'{other} {name}', condition)]:.2f}x")
 
 
 def main(argv=None):
@@ -162,6 +179,9 @@ def main(argv=None):
     parser.add_argument("--baseline", type=Path, metavar="DIR", action="append", default=[],
                         help="another gpusim checkout with its own .venv, run side by side "
                              "(repeatable)")
+    parser.add_argument("--dedicated", action="store_true",
+                        help="also run gpusim's workloads with the README's setting for a "
+                             "quiet machine of one's own (torch on every core, spinning)")
     parser.add_argument("--sb3-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.sb3_child:
@@ -178,10 +198,10 @@ def main(argv=None):
     if missing:
         print(f"{SB3_NAME}: skipped, {missing}")
     with tempfile.TemporaryDirectory() as results:
-        runs = workloads(args.baseline, results)
+        runs = workloads(args.baseline, results, args.dedicated)
         rates = measure(runs, args.rounds)
     print(f"load average at the end: {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
-    report(rates, list(runs), args.baseline)
+    report(rates, list(runs), args.baseline, args.dedicated)
 
 
 if __name__ == "__main__":

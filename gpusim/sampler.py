@@ -125,6 +125,7 @@ class ActionSampler:
         self._params_type = namedtuple_type(
             "SamplerParams", ("argmax", "log_space", "num_components", "width"))
         self._sizes = (np.int32(components), np.int32(self.width))
+        self._params = {}
         # Compile for the argument types now (a tiny probs tensor has the same type).
         example_probs = torch.zeros((1, 1, self.width), device=env.device)
         self._kernel = self.backend.compile(
@@ -133,7 +134,12 @@ class ActionSampler:
         self._last = (None, None)  # (probs tensor, its arrays tuple): reuse views
 
     def params(self, argmax: bool, log_space: bool):
-        return self._params_type(np.bool_(argmax), np.bool_(log_space), *self._sizes)
+        key = (bool(argmax), bool(log_space))
+        made = self._params.get(key)
+        if made is None:  # four at most, made once: the tuple is built at every draw else
+            made = self._params[key] = self._params_type(np.bool_(argmax), np.bool_(log_space),
+                                                         *self._sizes)
+        return made
 
     def sample(self, probs: torch.Tensor, argmax: bool = False,
                log_space: bool = False) -> torch.Tensor:

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from gpusim.envs import env_class
-from gpusim.training import models
+from gpusim.training import losses, models
 from gpusim.training.config import load_run_config
 from gpusim.training.fused import clip_and_adam
 from gpusim.training.loop import Trainer
@@ -79,9 +79,38 @@ def test_rollout_values_are_the_per_step_critic():
     group = algorithm.groups[0]
     buf = group.buffer
     with torch.no_grad():
+        algorithm._rollout_values(group, None)
         for t in range(buf.obs.shape[0]):
             torch.testing.assert_close(buf.values[t], group.model.value(buf.obs[t]),
                                        rtol=1e-6, atol=1e-6)
+
+
+def test_values_of_rows_in_play_only_leave_their_advantages_unchanged():
+    """With per-agent done, the update computes the values of the rows in play only: the
+    advantages and returns of those rows, all the update reads, are those of every row's."""
+    cls = env_class("tag_continuous")
+    config = load_run_config("tag_continuous", cls, overrides={
+        "trainer.backend": "cpu", "trainer.num_envs": 4, "trainer.rollout_len": 32,
+        "trainer.target_return": None, "env.num_taggers": 2, "env.num_runners": 6})
+    algorithm = Trainer(config, cls).algorithm
+    for _ in range(4):  # runners get caught: rows out of play
+        algorithm.collect(0)
+        algorithm.update(1e-3)
+    algorithm.collect(0)
+    group = algorithm.groups[1]  # the runners
+    buf = group.buffer
+    in_play = buf.active.reshape(-1).nonzero()[:, 0]
+    assert 0 < in_play.numel() < buf.active.numel()
+    next_value = algorithm.values(group, algorithm.next_obs, None)
+    results = []
+    with torch.no_grad():
+        for rows in (None, in_play):
+            algorithm._rollout_values(group, rows)
+            results.append([x.reshape(-1)[in_play] for x in losses.gae(
+                buf.rewards, buf.values, buf.dones, next_value.float(),
+                config.trainer.gamma, config.algo.gae_lambda)])
+    for every_row, only_in_play in zip(*results):
+        torch.testing.assert_close(only_in_play, every_row, rtol=1e-5, atol=1e-5)
 
 
 def run_steps(trainer, group, steps):

@@ -58,6 +58,13 @@ def resolve_precision(choice: str, device: torch.device) -> Precision:
     return Precision(choice, device.type)
 
 
+def adam(params, lr: float, eps: float = 1e-8) -> torch.optim.Adam:
+    """The learners' Adam: torch's fused kernel (one pass over every tensor of the step, where
+    the default loops over them in Python on the CPU: PPO's cartpole update 8-10% faster,
+    docs/benchmarks.md, "fused Adam")."""
+    return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
+
+
 def compile_enabled(choice: str, device: torch.device, pays_on_cpu: bool = False) -> bool:
     """`auto`: compile on CUDA GPUs, and on the CPU where the learner says compiling pays
     for itself there (`pays_on_cpu`: a long off-policy run; elsewhere compiling costs

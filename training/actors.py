@@ -89,9 +89,17 @@ class Actors:
                        if getattr(policy, "state_size", 0)}
         self.sampler = ActionSampler(env, into_env=True) if env.discrete_width else None
         if self.sampler is not None:
-            self.log_probs = torch.zeros((env.num_envs, env.num_agents, self.sampler.width),
-                                         device=env.device)
-            self.weights = torch.zeros_like(self.log_probs)
+            self.weights = torch.zeros((env.num_envs, env.num_agents, self.sampler.width),
+                                       device=env.device)
+        # Views of fixed buffers, made once: at rollout sizes indexing costs as much as
+        # the arithmetic. Per discrete policy: where its weights, draws and their
+        # log-probabilities lie; per policy, its part of the last `obs` acted on.
+        self.drawn = {name: (self.weights[:, agents, :sum(spec.actions)],
+                             self.sampler.actions[:, agents, :spec.action_width],
+                             self.sampler.log_prob[:, agents])
+                      for (name, spec), agents in zip(self.specs.items(), self.agents.values())
+                      if not spec.continuous}
+        self._own = (None, {})  # (obs tensor, name -> its view)
 
     @torch.no_grad()  # acting never trains through the draw
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> Acted:
@@ -99,9 +107,10 @@ class Actors:
         deterministic: the most likely choice, the Gaussian's mean, no exploration noise."""
         stored, log_prob = {}, {}
         mask = self.env.action_mask()
+        own_views = self._own_views(obs)
         for name, spec in self.specs.items():
             agents = self.agents[name]
-            own = obs[:, agents, :spec.obs_dim]
+            own = own_views[name]
             memory = self.memory.get(name)
             state = () if memory is None else (memory,)
             if spec.continuous:
@@ -112,22 +121,33 @@ class Actors:
                 width = sum(spec.actions)
                 own_mask = None if mask is None else mask[:, agents, :width]
                 out = self.acting[name](own, own_mask, *state)
-                self.log_probs[:, agents, :width] = out[0] if state else out
+                # The weights are exponentiated here, in one vectorised pass per policy,
+                # rather than by the sampler's kernel, whose scalar exp runs twice per choice
+                # (0.9 against 0.4 ms a step for tag_continuous's 1,760 agents x 42 choices
+                # on one CPU core). The drawn log-probabilities agree with the policy's
+                # within 1e-6 (tests/test_sampler.py).
+                torch.exp(out[0] if state else out, out=self.drawn[name][0])
             if memory is not None:
                 memory.copy_(out[-1])
         if self.sampler is not None:  # one launch: every discrete agent, into env.arrays
-            # The weights are exponentiated here, in one vectorised pass, rather than by the
-            # kernel, whose scalar exp runs twice per choice (0.9 against 0.4 ms a step for
-            # tag_continuous's 1,760 agents x 42 choices on one CPU core). The drawn
-            # log-probabilities agree with the policy's within 1e-6 (tests/test_sampler.py).
-            torch.exp(self.log_probs, out=self.weights)
-            actions = self.sampler.sample(self.weights, argmax=deterministic)
-            for name, spec in self.specs.items():
-                if not spec.continuous:
-                    agents = self.agents[name]
-                    stored[name] = actions[:, agents, :spec.action_width]
-                    log_prob[name] = self.sampler.log_prob[:, agents]
+            self.sampler.sample(self.weights, argmax=deterministic)
+            for name, (_, actions, drawn_log_prob) in self.drawn.items():
+                stored[name], log_prob[name] = actions, drawn_log_prob
         return Acted(stored, log_prob)
+
+    def _own_views(self, obs: torch.Tensor) -> dict:
+        """Per policy, its agents' own entries of `obs`. Views (agents side by side) are
+        made again only for another tensor: the rollouts act on the env's own obs buffer
+        at every step. Agents spread out are gathered, a copy, at every call."""
+        seen, views = self._own
+        if seen is not obs:
+            views = {name: obs[:, self.agents[name], :spec.obs_dim]
+                     for name, spec in self.specs.items()}
+            self._own = (obs, views)
+            return views
+        return {name: view if isinstance(self.agents[name], slice)
+                else obs[:, self.agents[name], :self.specs[name].obs_dim]
+                for name, view in views.items()}
 
     def episode_ended(self, done: torch.Tensor, active: torch.Tensor | None = None):
         """Restart recurrent states: in replicas that finished (`done`), and of agents no

@@ -22,11 +22,16 @@ class EpisodeTracker:
     def record(self, t: int, reward, done, active=None):
         """Step t's rewards; `done` the replicas that finished with it; `active` the agents
         that were in play (None: all)."""
-        self.dones[t] = done
-        self.running += reward if active is None else reward * active
+        # out= and in-place forms throughout: this runs at every step, and at rollout sizes
+        # an operator's dispatch costs more than its arithmetic
+        self.dones[t].copy_(done)
+        if active is None:
+            self.running.add_(reward)
+        else:
+            self.running.add_(reward * active)
         for k, agents in enumerate(self.agents.values()):
-            self.returns[t, k] = self.running[:, agents].mean(1)
-        self.running *= (~done).unsqueeze(1).to(reward.dtype)
+            torch.mean(self.running[:, agents], 1, out=self.returns[t, k])
+        self.running.masked_fill_(done[:, None], 0.0)
 
     def finished(self) -> dict:
         """One host read: per policy, the returns of the episodes that ended in the rollout."""

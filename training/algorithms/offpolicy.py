@@ -40,7 +40,7 @@ from torch import nn
 from gpusim.config import require
 from gpusim.errors import GpusimError
 
-from ..acceleration import MaybeCompiled
+from ..acceleration import MaybeCompiled, adam
 from ..actors import Actors
 from ..fused import EagerDescent, FusedStep
 from ..models import LOG_STD_RANGE, mlp, tanh_gaussian_log_prob
@@ -268,10 +268,9 @@ class OffPolicy(Algorithm):
             for tensor in model.state_dict().values():
                 torch.distributed.broadcast(tensor, src=0)
         lr = self.config.trainer.lr
-        adam = lambda params: torch.optim.Adam(params, lr=lr, foreach=True)  # noqa: E731
-        optimizers = Optimizers(actor=adam(model.actor.parameters()),
-                                critic=adam(model.critics.parameters()),
-                                alpha=adam([model.log_alpha]) if model.log_alpha.requires_grad
+        optimizers = Optimizers(actor=adam(model.actor.parameters(), lr),
+                                critic=adam(model.critics.parameters(), lr),
+                                alpha=adam([model.log_alpha], lr) if model.log_alpha.requires_grad
                                 else None)
         replay = ReplayBuffer(cfg.replay_size, spec.obs_dim, (spec.action_width,), torch.float32,
                               env.device, prioritized=cfg.prioritized_replay,

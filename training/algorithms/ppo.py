@@ -34,7 +34,7 @@ from gpusim.config import require
 from gpusim.errors import GpusimError
 
 from .. import losses
-from ..acceleration import MaybeCompiled
+from ..acceleration import MaybeCompiled, adam
 from ..actors import Actors
 from ..fused import FusedStep
 from ..models import make_model
@@ -255,7 +255,7 @@ class PPO(Algorithm):
     def _policy_group(self, name, spec) -> PolicyGroup:
         env, config = self.env, self.config
         model = make_model(spec, config.policy, self.state_dim or None).to(env.device)
-        optimizer = torch.optim.Adam(model.parameters(), lr=config.trainer.lr, eps=1e-5)
+        optimizer = adam(model.parameters(), config.trainer.lr, eps=1e-5)
         train_model = self._wrap(model)
         # Compiled, a minibatch is one fused step (not under DDP, which all-reduces between
         # backward and step, nor for recurrent sequences); else the update's forward.
@@ -336,9 +336,6 @@ class PPO(Algorithm):
                 _, reward, terminated, truncated, info = env.step()
             with self.timer("forward"):
                 self._store_outcome(t, reward, info["reset_mask"], truncated, active)
-        if not self.bptt_len:
-            with self.timer("forward"):
-                self._rollout_values()
 
     def _store_inputs(self, t: int, active):
         """Step t's observation, activity, legal choices, critic input and value, per policy."""
@@ -359,11 +356,22 @@ class PPO(Algorithm):
             if memory is not None:  # else, after the rollout, in one batch
                 buf.values[t] = self.values(g, self.next_obs, state, memory)
 
-    def _rollout_values(self):
-        """Every step's value, in one critic call per policy over the stored rollout (the
-        critic does not act, so it need not run per step)."""
-        for g in self.groups:
-            g.buffer.values.copy_(self._critic(g, g.buffer.obs, g.buffer.states))
+    def _rollout_values(self, g: PolicyGroup, in_play: torch.Tensor | None):
+        """Every step's value, in one critic call over the stored rollout (the critic does
+        not act, so it need not run per step), at the start of the update; with `in_play`
+        (flat row indices, a local critic), the values of those rows only.
+
+        The others' are never read: an agent in play and not done at step t is in play at
+        t + 1 (`_store_outcome` marks it done on the step it leaves), so GAE reaches a
+        row out of play only from rows out of play, which the update leaves out. In tag,
+        where most runners are caught early, that skips most of the critic's rows."""
+        buf = g.buffer
+        if in_play is None:
+            buf.values.copy_(self._critic(g, buf.obs, buf.states))
+            return
+        obs = buf.obs.view(-1, buf.obs.shape[-1])
+        values = buf.values.view(-1).zero_()
+        values.index_copy_(0, in_play, self._critic(g, take(obs, in_play), None))
 
     def _store_outcome(self, t: int, reward, done, truncated, active):
         """Step t's rewards and done marks; the truncation bootstrap; episode returns."""
@@ -386,19 +394,23 @@ class PPO(Algorithm):
         return {g.name: self._update_policy(g, lr) for g in self.groups}
 
     def _update_policy(self, g: PolicyGroup, lr: float) -> dict:
-        """GAE, then `update_epochs` passes of shuffled minibatches: of rows, or of agent
-        sequences (`bptt_len` steps) for a recurrent policy. With per-agent done, rows out
-        of play are left out, or weigh 0 (`_units`)."""
+        """The rollout's values and GAE, then `update_epochs` passes of shuffled
+        minibatches: of rows, or of agent sequences (`bptt_len` steps) for a recurrent
+        policy. With per-agent done, rows out of play are left out, or weigh 0 (`_units`)."""
         cfg, buf = self.cfg, g.buffer
         self.set_lr(g.optimizer, lr)
+        units, weights = self._units(buf)
         with torch.no_grad():
+            if not self.bptt_len:  # else the rollout stored each step's value
+                only_in_play = self.env.agent_active_array is not None and weights is None \
+                    and not self.central
+                self._rollout_values(g, units[:, 0] if only_in_play else None)
             state = self.env.global_state() if self.central else None
             next_value = self.values(g, self.next_obs, state, self.actors.memory.get(g.name))
             advantages, returns = losses.gae(buf.rewards, buf.values, buf.dones,
                                              next_value.float(), self.config.trainer.gamma,
                                              cfg.gae_lambda)
         advantages, returns = advantages.reshape(-1), returns.reshape(-1)
-        units, weights = self._units(buf)
         minibatch = units.shape[0] // cfg.num_minibatches
         stats = torch.zeros(len(self.stats), device=advantages.device)
         if minibatch == 0:  # fewer sequences than minibatches: nothing to split

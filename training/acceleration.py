@@ -60,8 +60,8 @@ def resolve_precision(choice: str, device: torch.device) -> Precision:
 
 def adam(params, lr: float, eps: float = 1e-8) -> torch.optim.Adam:
     """The learners' Adam: torch's fused kernel (one pass over every tensor of the step, where
-    the default loops over them in Python on the CPU: PPO's cartpole update 8-10% faster,
-    docs/benchmarks.md, "fused Adam")."""
+    the default loops over them in Python on the CPU: cartpole's PPO update 7-10% faster,
+    docs/benchmarks.md, "Fused Adam, the critic over rows in play")."""
     return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
 
 

@@ -99,7 +99,10 @@ class Actors:
                              self.sampler.log_prob[:, agents])
                       for (name, spec), agents in zip(self.specs.items(), self.agents.values())
                       if not spec.continuous}
-        self._own = (None, {})  # (obs tensor, name -> its view)
+        self._own = (None, {})  # (obs tensor, name -> its part of it)
+        # policies whose agents are not side by side: their part is a gather, a copy
+        self._spread = [name for name, agents in self.agents.items()
+                        if not isinstance(agents, slice)]
 
     @torch.no_grad()  # acting never trains through the draw
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> Acted:
@@ -139,15 +142,15 @@ class Actors:
         """Per policy, its agents' own entries of `obs`. Views (agents side by side) are
         made again only for another tensor: the rollouts act on the env's own obs buffer
         at every step. Agents spread out are gathered, a copy, at every call."""
-        seen, views = self._own
+        seen, parts = self._own
         if seen is not obs:
-            views = {name: obs[:, self.agents[name], :spec.obs_dim]
+            parts = {name: obs[:, self.agents[name], :spec.obs_dim]
                      for name, spec in self.specs.items()}
-            self._own = (obs, views)
-            return views
-        return {name: view if isinstance(self.agents[name], slice)
-                else obs[:, self.agents[name], :self.specs[name].obs_dim]
-                for name, view in views.items()}
+            self._own = (obs, parts)
+            return parts
+        for name in self._spread:
+            parts[name] = obs[:, self.agents[name], :self.specs[name].obs_dim]
+        return parts
 
     def episode_ended(self, done: torch.Tensor, active: torch.Tensor | None = None):
         """Restart recurrent states: in replicas that finished (`done`), and of agents no

@@ -402,6 +402,7 @@ class PPO(Algorithm):
         units, weights = self._units(buf)
         with torch.no_grad():
             if not self.bptt_len:  # else the rollout stored each step's value
+                # `_units` left the rows out of play out (rather than weighing them 0)
                 only_in_play = self.env.agent_active_array is not None and weights is None \
                     and not self.central
                 self._rollout_values(g, units[:, 0] if only_in_play else None)

@@ -39,7 +39,9 @@ defaults takes about ten minutes on 2 cores).
   stop). gpusim: from the run's metrics.jsonl, its iterations after the
   first (the "done:" line's rate counts the first iteration too, which under
   trainer.compile=on holds torch.compile's compile; start-up and the env
-  kernels' compile come before it and count in neither). JAX: the training
+  kernels' compile come before it and count in neither), and its update
+  alone: those iterations' env steps over their update time (the metrics'
+  time shares), the rate a rollout that took no time would give. JAX: the training
   function compiled ahead (`jax.jit(f).lower(state).compile()`, its time
   shown apart), then one call of the compiled function timed.
 - Time to solve, per num_envs (`--solve_envs`): a process that stops once
@@ -178,7 +180,13 @@ def gpusim_throughput(num_envs: int, compile_mode: str, iterations: int, seed: i
         "--total_steps", str(steps), "--set", "trainer.target_return=null",
         "--set", "trainer.checkpoint_every=1000000"], cache, seed)
     first, last = rows[0], rows[-1]
-    return {"rate": (last["env_steps"] - first["env_steps"]) / (last["time_s"] - first["time_s"])}
+    steady = rows[1:]
+    # The update alone: the iterations' env steps over their update time (each row's share
+    # of its own iteration's time). No rollout, however fast, takes gpusim past this rate.
+    update_s = sum(r["time_share/update"] * num_envs * ROLLOUT / r["env_steps_per_s"]
+                   for r in steady)
+    return {"rate": (last["env_steps"] - first["env_steps"]) / (last["time_s"] - first["time_s"]),
+            "update_alone": len(steady) * num_envs * ROLLOUT / update_s}
 
 
 def gpusim_solve(num_envs: int, compile_mode: str, seed: int, cache: str) -> dict:
@@ -520,7 +528,11 @@ def cell(values: list, key: str, fmt: str = ",.0f") -> str:
 
 
 def ratio(a: list, b: list, key: str) -> str:
-    x, y = numbers(a, key), numbers(b, key)
+    return ratio_of(a, key, b, key)
+
+
+def ratio_of(a: list, a_key: str, b: list, b_key: str) -> str:
+    x, y = numbers(a, a_key), numbers(b, b_key)
     return f"{statistics.median(x) / statistics.median(y):.2f}x" if x and y else "-"
 
 
@@ -535,6 +547,17 @@ def report_throughput(results: dict, envs: list):
         print(f"| {n} | {cell(off, 'rate')} | {cell(on, 'rate')} | {cell(jax, 'rate')} | "
               f"{cell(jax, 'compile', '.1f')} | {ratio(off, jax, 'rate')} | "
               f"{ratio(on, jax, 'rate')} |")
+    print("\n## gpusim's update alone: env steps per second of update time (the rate with a "
+          "rollout that took no time), against JAX's whole training\n")
+    print("| num_envs | compile=off update alone | compile=on update alone | JAX whole "
+          "| off update / JAX | on update / JAX |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for n in envs:
+        off, on, jax = (results[("throughput", row, n)]
+                        for row in ("gpusim compile=off", "gpusim compile=on", "JAX"))
+        print(f"| {n} | {cell(off, 'update_alone')} | {cell(on, 'update_alone')} | "
+              f"{cell(jax, 'rate')} | {ratio_of(off, 'update_alone', jax, 'rate')} | "
+              f"{ratio_of(on, 'update_alone', jax, 'rate')} |")
 
 
 def report_solve(results: dict, envs: list):

@@ -154,12 +154,15 @@ class ActorCritic(nn.Module):
         logits = self.actor(obs).float()
         if mask is not None:
             logits = logits.masked_fill(~mask, float("-inf"))
+        if len(self.action_nvec) == 1:  # no split to make (a split and a cat cost 5 us)
+            return [torch.log_softmax(logits, dim=-1)]
         return [torch.log_softmax(part, dim=-1)
                 for part in torch.split(logits, self.action_nvec, dim=-1)]
 
     def log_probs(self, obs: torch.Tensor, mask=None) -> torch.Tensor:
         """Acting (training.actors): every component's log-probabilities side by side."""
-        return torch.cat(self.component_log_probs(obs, mask), -1)
+        parts = self.component_log_probs(obs, mask)
+        return parts[0] if len(parts) == 1 else torch.cat(parts, -1)
 
     def forward(self, obs, actions, mask=None, critic_obs=None):
         """The training pass: (log-prob of `actions` summed over components, entropy over

@@ -345,7 +345,7 @@ class PPO(Algorithm):
             buf = g.buffer
             buf.obs[t].copy_(self.observe(g.name, self.next_obs))
             if active is not None:
-                buf.active[t] = active[:, g.agents]
+                buf.active[t].copy_(active[:, g.agents])
             if buf.masks is not None:
                 buf.masks[t] = mask[:, g.agents, :self.mask_width]
             if buf.states is not None:
@@ -380,9 +380,10 @@ class PPO(Algorithm):
             buf = g.buffer
             torch.mul(reward[:, g.agents], self.config.trainer.reward_scale, out=buf.rewards[t])
             # an agent's episode ends with its replica's, or when it stops playing
-            buf.dones[t] = done[:, None]
+            dones = buf.dones[t]
+            dones.copy_(done[:, None])  # copy_ into the view: half a setitem's cost
             if active is not None:
-                buf.dones[t] |= buf.active[t] & ~still[:, g.agents]
+                dones |= buf.active[t] & ~still[:, g.agents]
         self.bootstrap.record(t, truncated)
         if self.bootstrap.due(t):
             self.bootstrap.flush(self, self.groups)

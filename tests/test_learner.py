@@ -154,3 +154,26 @@ def test_batched_truncation_bootstrap_equals_a_per_step_one(name, env):
     # with gamma 0 nothing is added: the env's own rewards, so truncations did happen
     bootstrapped = (batched != raw).any(-1)
     assert 3 <= int(bootstrapped.sum()) and not bootstrapped[:min(env.values()) - 1].any()
+
+
+def test_section_timer_accumulates_per_section_and_keeps_errors():
+    """The rollout's section timer (one object per section, reused at every step) adds
+    each entry's wall time to its own section, and a section that raises is still timed
+    and lets the error through."""
+    import time
+
+    from gpusim.training.timing import SectionTimer
+    timer = SectionTimer(torch.device("cpu"))
+    for _ in range(3):
+        with timer("env"):
+            time.sleep(0.002)
+    with timer("update"):
+        pass
+    with pytest.raises(KeyError):
+        with timer("forward"):
+            raise KeyError("inside")
+    totals = timer.totals()
+    assert set(totals) == {"env", "update", "forward"}
+    assert totals["env"] >= 0.006 and totals["update"] < totals["env"]
+    timer.reset()
+    assert timer.totals() == {}

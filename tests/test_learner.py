@@ -177,3 +177,20 @@ def test_section_timer_accumulates_per_section_and_keeps_errors():
     assert totals["env"] >= 0.006 and totals["update"] < totals["env"]
     timer.reset()
     assert timer.totals() == {}
+
+
+def test_compile_auto_compiles_long_ppo_runs_on_the_cpu():
+    """`trainer.compile: auto` on the CPU compiles PPO's minibatch step from
+    CPU_COMPILE_MIN_STEPS minibatch steps in a run (iterations x epochs x minibatches), for
+    feed-forward policies; a shorter run, a recurrent policy or `off` stays eager."""
+    from gpusim.training.algorithms.ppo import CPU_COMPILE_MIN_STEPS
+    per_iteration = 8 * 32  # the helper's num_envs x rollout_len
+    steps_each = 4 * 4      # update_epochs x num_minibatches
+    enough = -(-CPU_COMPILE_MIN_STEPS // steps_each) * per_iteration
+    assert cartpole_trainer(total_steps=enough).algorithm.use_compile
+    assert not cartpole_trainer(total_steps=enough - per_iteration).algorithm.use_compile
+    assert not cartpole_trainer(total_steps=enough, compile="off").algorithm.use_compile
+    recurrent = load_run_config("cartpole", CARTPOLE, overrides={
+        "trainer.backend": "cpu", "trainer.num_envs": 8, "trainer.rollout_len": 32,
+        "trainer.total_steps": enough, "policy.recurrent": "gru", "policy.bptt_len": 8})
+    assert not Trainer(recurrent, CARTPOLE).algorithm.use_compile

@@ -45,7 +45,8 @@ class TrainerConfig:
                                    # logged unscaled): keeps value targets near 1 in size
     precision: str = "auto"        # auto (bf16 on a CUDA GPU, fp32 on the CPU) | fp32 | tf32 | bf16
     compile: str = "auto"          # the fused, compiled learner step: on | off | auto (on CUDA
-                                   # GPUs; on the CPU, off-policy runs of 5,000+ gradient steps)
+                                   # GPUs; on the CPU, off-policy runs of 5,000+ gradient steps
+                                   # and feed-forward PPO runs of 20,000+ minibatch steps)
     checkpoint_every: int = 10     # iterations between checkpoints
     final_eval_episodes: int = 0   # after training: episodes per pairing of trained and random
                                    # policies (python -m gpusim.evaluate); 0: none

@@ -40,6 +40,13 @@ from ..fused import FusedStep
 from ..models import make_model
 from .base import Algorithm
 
+# On the CPU a fused (compiled) minibatch step saves 0.9-2 ms against an eager one in
+# cartpole's recipe (80 to 4,096 rows) and about 7 ms in tag_continuous's, while a first
+# compile costs 14-17 s (cartpole) to about 50 s (tag_continuous) more per process: it pays from
+# 7,000-20,000 steps in a run, so `compile: auto` compiles from this many
+# (docs/benchmarks.md, "compile: auto for PPO").
+CPU_COMPILE_MIN_STEPS = 20_000
+
 
 @dataclass(frozen=True)
 class PPOConfig:
@@ -251,6 +258,16 @@ class PPO(Algorithm):
         self.bootstrap = TruncationBootstrap(env, t.rollout_len, t.gamma, self.central,
                                              self.actors.memory)
         self.shuffle = torch.Generator(device=env.device).manual_seed(t.seed)  # on the device
+
+    def compiling_pays_on_cpu(self) -> bool:
+        """A run of at least CPU_COMPILE_MIN_STEPS minibatch steps whose steps fuse (one
+        process, feed-forward policies: see `_policy_group`)."""
+        t = self.config.trainer
+        if self.distributed or self.config.policy.recurrent != "none":
+            return False
+        steps = t.num_iterations(self.world_size) * self.cfg.update_epochs \
+            * self.cfg.num_minibatches
+        return steps >= CPU_COMPILE_MIN_STEPS
 
     def _policy_group(self, name, spec) -> PolicyGroup:
         env, config = self.env, self.config

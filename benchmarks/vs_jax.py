@@ -537,13 +537,14 @@ def ratio_of(a: list, a_key: str, b: list, b_key: str) -> str:
 
 
 def report_throughput(results: dict, envs: list):
+    rows = [(n, *(results[("throughput", row, n)]
+                  for row in ("gpusim compile=off", "gpusim compile=on", "JAX")))
+            for n in envs]
     print("\n## PPO cartpole throughput: env steps/s of steady training, median (range)\n")
     print("| num_envs | gpusim compile=off | gpusim compile=on | JAX (rejax) | JAX compile s "
           "| off / JAX | on / JAX |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
-    for n in envs:
-        off, on, jax = (results[("throughput", row, n)]
-                        for row in ("gpusim compile=off", "gpusim compile=on", "JAX"))
+    for n, off, on, jax in rows:
         print(f"| {n} | {cell(off, 'rate')} | {cell(on, 'rate')} | {cell(jax, 'rate')} | "
               f"{cell(jax, 'compile', '.1f')} | {ratio(off, jax, 'rate')} | "
               f"{ratio(on, jax, 'rate')} |")
@@ -552,9 +553,7 @@ def report_throughput(results: dict, envs: list):
     print("| num_envs | compile=off update alone | compile=on update alone | JAX whole "
           "| off update / JAX | on update / JAX |")
     print("|---:|---:|---:|---:|---:|---:|")
-    for n in envs:
-        off, on, jax = (results[("throughput", row, n)]
-                        for row in ("gpusim compile=off", "gpusim compile=on", "JAX"))
+    for n, off, on, jax in rows:
         print(f"| {n} | {cell(off, 'update_alone')} | {cell(on, 'update_alone')} | "
               f"{cell(jax, 'rate')} | {ratio_of(off, 'update_alone', jax, 'rate')} | "
               f"{ratio_of(on, 'update_alone', jax, 'rate')} |")

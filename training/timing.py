@@ -11,7 +11,7 @@ class SectionTimer:
     """`with timer("env"): ...` accumulates time per section; `totals()` reads them once.
 
     A rollout enters three sections per step, so entering one is a plain object rather
-    than a generator-based context manager (0.3 us against 1 us on a CPU)."""
+    than a generator-based context manager (0.4 us against 1.2 us on a CPU)."""
 
     def __init__(self, device: torch.device):
         self.cuda = device.type == "cuda"

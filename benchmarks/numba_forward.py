@@ -110,14 +110,11 @@ def numba_act(obs, w1, b1, w2, b2, w3, b3, p, q, uniform, h1, h2, logits, action
         log_prob[r] = logits[r, choice] - log_total
 
 
-def best_us(fn, repeat: int, rounds: int) -> float:
-    best = math.inf
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(repeat):
-            fn()
-        best = min(best, (time.perf_counter() - start) / repeat * 1e6)
-    return best
+def mean_us(fn, repeat: int) -> float:
+    start = time.perf_counter()
+    for _ in range(repeat):
+        fn()
+    return (time.perf_counter() - start) / repeat * 1e6
 
 
 def measure(rows: int, obs_dim: int, choices: int, p, q, rounds: int) -> tuple:
@@ -147,8 +144,8 @@ def measure(rows: int, obs_dim: int, choices: int, p, q, rounds: int) -> tuple:
         torch_call()
         numba_us, torch_us = math.inf, math.inf
         for _ in range(rounds):
-            numba_us = min(numba_us, best_us(numba_call, repeat, 1))
-            torch_us = min(torch_us, best_us(torch_call, repeat, 1))
+            numba_us = min(numba_us, mean_us(numba_call, repeat))
+            torch_us = min(torch_us, mean_us(torch_call, repeat))
         reference = model.log_probs(obs).view(rows, choices).numpy()
     gap = float(np.abs(reference[np.arange(rows), actions] - log_prob).max())
     return torch_us, numba_us, gap

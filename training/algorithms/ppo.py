@@ -259,24 +259,25 @@ class PPO(Algorithm):
                                              self.actors.memory)
         self.shuffle = torch.Generator(device=env.device).manual_seed(t.seed)  # on the device
 
+    def steps_fuse(self) -> bool:
+        """Whether a compiled minibatch step is one fused call (training.fused): not under
+        DDP, which all-reduces between backward and step, nor for recurrent sequences."""
+        return not self.distributed and self.config.policy.recurrent == "none"
+
     def compiling_pays_on_cpu(self) -> bool:
-        """A run of at least CPU_COMPILE_MIN_STEPS minibatch steps whose steps fuse (one
-        process, feed-forward policies: see `_policy_group`)."""
+        """A run of at least CPU_COMPILE_MIN_STEPS minibatch steps, where they fuse."""
         t = self.config.trainer
-        if self.distributed or self.config.policy.recurrent != "none":
-            return False
         steps = t.num_iterations(self.world_size) * self.cfg.update_epochs \
             * self.cfg.num_minibatches
-        return steps >= CPU_COMPILE_MIN_STEPS
+        return self.steps_fuse() and steps >= CPU_COMPILE_MIN_STEPS
 
     def _policy_group(self, name, spec) -> PolicyGroup:
         env, config = self.env, self.config
         model = make_model(spec, config.policy, self.state_dim or None).to(env.device)
         optimizer = adam(model.parameters(), config.trainer.lr, eps=1e-5)
         train_model = self._wrap(model)
-        # Compiled, a minibatch is one fused step (not under DDP, which all-reduces between
-        # backward and step, nor for recurrent sequences); else the update's forward.
-        fused = self.use_compile and not self.distributed and not self.bptt_len
+        # Compiled, a minibatch is one fused step where steps fuse; else the update's forward.
+        fused = self.use_compile and self.steps_fuse()
         group = PolicyGroup(
             name, spec, self.agents[name], model, optimizer, train_model,
             MaybeCompiled(model.value, f"policy {name!r} (value)", self.compile_acting),

@@ -14,7 +14,11 @@ rollout 100) for both systems. Rows:
   rollout forward and an A2C update per agent-step), as env-steps/s, and each
   gpusim row's share of it.
 Each row trains one warm-up iteration, then times `--iterations` more, and
-prints env-steps/s end to end with its time split.
+prints env-steps/s end to end with its time split. `--profile` adds, for each
+gpusim row, one more iteration under torch.profiler: per phase (rollout,
+update) host launch calls and GPU kernels per env step (per update), and the
+top kernels by GPU time (on a CPU: operator calls and the top operators);
+see phase_profile.py.
 
 WarpDrive runs only where it is installed and a CUDA GPU works; install it
 for the benchmark only (never as a project dependency):
@@ -23,14 +27,20 @@ for the benchmark only (never as a project dependency):
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
+import os
 import sys
 import time
 from dataclasses import replace
 
+# before torch loads: the profiler's library prints stage lines at every level below 6
+os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+import gpusim  # before torch: gpusim sets OpenMP's wait policy, which torch reads once
 import torch
 
 from common import machine
+from phase_profile import print_profile, profile_iteration
 from gpusim.backends import cuda_works
 from gpusim.envs import env_class
 from gpusim.scale.device import DeviceContext
@@ -55,13 +65,16 @@ def a2c_config(num_envs: int, rollout_len: int, backend: str):
         **{f"env.{k}": v for k, v in ENV_CONFIG.items()}})
 
 
-def gpusim_row(name: str, config, context, iterations: int) -> dict:
+def gpusim_row(name: str, config, context, iterations: int, profile: bool = False) -> dict:
     trainer = Trainer(config, env_class(ENV), context)
     measured = measure_training(trainer, iterations)
     t = config.trainer
-    return {"system": "gpusim", "config": name, "num_envs": t.num_envs,
-            "rollout_len": t.rollout_len, "env_steps_per_s": measured["env_steps_per_s"],
-            "split": measured["time_share"]}
+    row = {"system": "gpusim", "config": name, "num_envs": t.num_envs,
+           "rollout_len": t.rollout_len, "env_steps_per_s": measured["env_steps_per_s"],
+           "split": measured["time_share"]}
+    if profile:  # after the timed iterations, so it never slows them
+        row["profile"] = profile_iteration(trainer)
+    return row
 
 
 # ---- WarpDrive -----------------------------------------------------------------------
@@ -90,7 +103,7 @@ def warpdrive_row(num_envs: int, rollout_len: int, iterations: int) -> dict:
     from warp_drive.training.trainers.trainer_a2c import TrainerA2C
     from warp_drive.training.trainers.trainer_base import PerfStats
 
-    env_config = {**vars_of_env_config(), "seed": 0}
+    env_config = {**warpdrive_env_config(TagContinuous), "seed": 0}
     policy = {"to_train": True, "algorithm": "A2C", "vf_loss_coeff": 0.5,
               "entropy_coeff": 0.01, "clip_grad_norm": True, "max_grad_norm": 0.5,
               "normalize_advantage": False, "normalize_return": False, "gamma": 0.98,
@@ -133,13 +146,20 @@ def warpdrive_row(num_envs: int, rollout_len: int, iterations: int) -> dict:
             "split": {k: round(v / seconds, 3) for k, v in parts.items()}}
 
 
-def vars_of_env_config() -> dict:
-    """gpusim's tag_continuous config as WarpDrive's keyword arguments (the same names)."""
+def warpdrive_env_config(env_cls) -> dict:
+    """gpusim's tag_continuous config as the keyword arguments `env_cls` (WarpDrive's
+    TagContinuous) takes: the keys both share (the same names). A key WarpDrive lacks is
+    left out only at gpusim's default (e.g. continuous_actions off), where both envs agree."""
     import dataclasses
-    config = env_class(ENV).config_class.load(**ENV_CONFIG)
-    values = dataclasses.asdict(config)
-    values.pop("tagger_ids")
-    return values
+    config_class = env_class(ENV).config_class
+    values = dataclasses.asdict(config_class.load(**ENV_CONFIG))
+    defaults = dataclasses.asdict(config_class.load())
+    accepted = inspect.signature(env_cls).parameters
+    differs = [k for k in values if k not in accepted and values[k] != defaults[k]]
+    if differs:
+        raise SystemExit(f"error: WarpDrive's {env_cls.__name__} takes no "
+                         f"{', '.join(differs)}, which this benchmark sets")
+    return {k: v for k, v in values.items() if k in accepted}
 
 
 # ---- the learner's limit ----------------------------------------------------------------
@@ -189,6 +209,14 @@ def timed(fn, device, repeats: int) -> float:
 
 
 # ---- the table ---------------------------------------------------------------------------
+def show(row: dict, limit: float | None, gpu: bool):
+    """A gpusim row, then its profile where it has one."""
+    print_row(row, limit)
+    if "profile" in row:
+        print_profile(f"{row['config']} at {row['num_envs']} x {row['rollout_len']}",
+                      row["profile"], gpu)
+
+
 def print_row(row: dict, limit: float | None):
     split = ", ".join(f"{k} {v:.0%}" for k, v in row["split"].items())
     same_shapes = row["system"] == "gpusim" and row["config"] == "a2c"  # the limit's model
@@ -208,6 +236,9 @@ def main(argv=None) -> int:
     parser.add_argument("--auto_scale_time_limit", type=float, default=600.0)
     parser.add_argument("--skip", nargs="*", default=[],
                         choices=["warpdrive", "recipe", "auto_scale", "limit"])
+    parser.add_argument("--profile", action="store_true",
+                        help="per gpusim row, launches per env step and the top kernels, "
+                             "per phase (one more iteration, under torch.profiler)")
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args(argv)
 
@@ -231,8 +262,8 @@ def main(argv=None) -> int:
     why_no_warpdrive = warpdrive_unavailable()
     for num_envs in sizes:
         rows.append(gpusim_row("a2c", a2c_config(num_envs, args.rollout_len, args.backend),
-                               context, args.iterations))
-        print_row(rows[-1], limit)
+                               context, args.iterations, args.profile))
+        show(rows[-1], limit, gpu)
         if "warpdrive" not in args.skip and why_no_warpdrive is None:
             rows.append(warpdrive_row(num_envs, args.rollout_len, args.iterations))
             print_row(rows[-1], limit)
@@ -240,15 +271,16 @@ def main(argv=None) -> int:
         print(f"warpdrive: {why_no_warpdrive}")
     recipe = load_run_config(ENV, env_class(ENV), overrides={"trainer.backend": args.backend})
     if "recipe" not in args.skip:
-        rows.append(gpusim_row("ppo recipe", recipe, context, args.iterations))
-        print_row(rows[-1], limit)
+        rows.append(gpusim_row("ppo recipe", recipe, context, args.iterations, args.profile))
+        show(rows[-1], limit, gpu)
     if "auto_scale" not in args.skip:
         scaled = replace(recipe, scale=replace(recipe.scale,
                                                time_limit_s=args.auto_scale_time_limit))
         print("auto-scale search (its own report follows):", flush=True)
         scaled = auto_scale(scaled, env_class(ENV), context, log=lambda line: print("  " + line))
-        rows.append(gpusim_row("ppo recipe, auto-scaled", scaled, context, args.iterations))
-        print_row(rows[-1], limit)
+        rows.append(gpusim_row("ppo recipe, auto-scaled", scaled, context, args.iterations,
+                               args.profile))
+        show(rows[-1], limit, gpu)
     for row in rows:
         if row["system"] == "warpdrive":
             mine = next(r for r in rows if r["system"] == "gpusim"
@@ -260,7 +292,9 @@ def main(argv=None) -> int:
             json.dump([{"system": r["system"], "config": r["config"], "num_envs": r["num_envs"],
                         "rollout_len": r["rollout_len"],
                         "env_steps_per_s": r["env_steps_per_s"], "device": str(device),
-                        "time_split": r["split"]} for r in rows], f, indent=1)
+                        "time_split": r["split"],
+                        **({"profile": r["profile"]} if "profile" in r else {})}
+                       for r in rows], f, indent=1)
     return 0
 
 

@@ -11,6 +11,11 @@ class GpusimError(Exception):
     exit_code = 2  # the CLI's: bad input
 
 
+class DoesNotFit(GpusimError):
+    """A run ran out of device memory (or launch resources) while training."""
+    exit_code = 1  # not bad input as such: the run failed
+
+
 class ConfigError(GpusimError, ValueError):
     """A configuration key is unknown or has an invalid value."""
 

@@ -66,37 +66,70 @@ def saturating(n):
     return 1000.0 * n / (1 + n / 100)
 
 
-def test_fastest_stops_where_doubling_stops_paying():
-    pick, rates = fastest(saturating, cap=65536, saturation=0.05)
+def test_fastest_steps_geometrically_then_refines_the_last_bracket():
+    tried = []
+
+    def rate(n):
+        tried.append(n)
+        return saturating(n)
+    out = fastest(rate, cap=65536, saturation=0.05, start=16)
+    assert tried[:4] == [16, 64, 256, 1024]   # x4 from the start
+    pick = out.pick
     assert 512 <= pick <= 2048
     assert saturating(pick) / saturating(pick // 2) >= 1.05      # the last doubling paid
     assert saturating(2 * pick) / saturating(pick) < 1.05        # the next one would not
-    assert max(rates) < 4096 and len(rates) <= 2 * 16 + 2       # never filled the cap
+    assert len(tried) <= 7 and max(tried) <= 4096                # a handful, never the cap
+    assert "gained" in out.why and "less than" in out.why
 
 
-def test_fastest_respects_memory():
+def test_fastest_never_goes_below_its_start():
+    out = fastest(lambda n: 100.0 / n, cap=4096, saturation=0.05, start=16)
+    assert out.pick == 16 and min(out.rates) == 16
+    assert sorted(out.rates) == [16, 32, 64]  # the x4 step lost; its midpoint too
+
+
+def test_fastest_respects_memory_it_was_told_and_what_did_not_fit():
     def fits_below_300(n):
         return saturating(n) if n <= 300 else None
-    pick, rates = fastest(fits_below_300, cap=65536, saturation=0.05)
-    assert 256 <= pick <= 300
-    assert all(rate is None for n, rate in rates.items() if n > 300)
-    assert any(n > 300 for n in rates)  # it looked past the memory limit and stopped
+    out = fastest(fits_below_300, cap=65536, saturation=0.05)
+    assert 256 <= out.pick <= 300
+    assert all(rate is None for n, rate in out.rates.items() if n > 300)
+    assert "did not fit" in out.why
+    # a memory bound stops the steps at the bound, untried beyond it
+    out = fastest(lambda n: float(n), cap=65536, saturation=0.05, start=10, bound=lambda: 500)
+    assert out.pick == 500 and max(out.rates) == 500
+    assert "memory allows" in out.why
 
 
 def test_fastest_with_noise_free_flat_curve_keeps_the_smallest():
-    pick, rates = fastest(lambda n: 5.0, cap=1024, saturation=0.05)
-    assert pick == 1 and sorted(rates) == [1, 2]
+    out = fastest(lambda n: 5.0, cap=1024, saturation=0.05)
+    assert out.pick == 1 and sorted(out.rates) == [1, 2, 4]
+    assert "+0%" in out.why
 
 
 def test_fastest_edge_cases():
-    assert fastest(lambda n: None, cap=64, saturation=0.05)[0] == 0  # start does not fit
-    assert fastest(lambda n: float(n), cap=100, saturation=0.05)[0] == 100  # linear: the cap
-    pick, rates = fastest(lambda n: float(n), cap=10**6, saturation=0.05, time_limit_s=0.0)
-    assert pick == 1 and list(rates) == [1]
-    pick, _ = fastest(lambda n: float(min(n, 4096)), cap=65536, saturation=0.05, start=1024)
-    assert pick == 4096
+    assert fastest(lambda n: None, cap=64, saturation=0.05).pick == 0  # start does not fit
+    out = fastest(lambda n: float(n), cap=100, saturation=0.05)  # linear: the cap
+    assert out.pick == 100 and "scale.max_num_envs" in out.why
+    out = fastest(lambda n: float(n), cap=10**6, saturation=0.05, time_limit_s=0.0)
+    assert out.pick == 1 and list(out.rates) == [1] and "time limit" in out.why
+    out = fastest(lambda n: float(min(n, 4096)), cap=65536, saturation=0.05, start=1024)
+    assert out.pick == 4096
     with pytest.raises(GpusimError, match="search start"):
         fastest(lambda n: 1.0, cap=8, saturation=0.05, start=16)
+
+
+def test_searcher_bounds_the_next_size_by_the_memory_measured():
+    from gpusim.scale.search import Trial
+    searcher = Searcher("n", None, FakeBackend(), limit_bytes=1000, cap=10**6,
+                        log=lambda *a: None)
+    assert searcher.largest_fitting() == 10**6  # nothing measured: no bound yet
+    searcher.trials.append(Trial(10, True, 1.0, peak_bytes=100))
+    assert searcher.largest_fitting() == 100   # through zero: 10 bytes a value
+    searcher.trials.append(Trial(20, True, 1.0, peak_bytes=150))
+    assert searcher.largest_fitting() == 190   # 5 bytes a value past a fixed 50
+    searcher.trials.append(Trial(40, False, 1.0, peak_bytes=None, note="out of memory"))
+    assert searcher.largest_fitting() == 190   # a failure adds no measurement
 
 
 def test_rollout_respects_the_learning_floor_and_the_time_limit():
@@ -240,7 +273,7 @@ def test_throughput_objective_run_reports_every_trial_and_its_speedup(tmp_path, 
                  "--set", "trainer.rollout_len=8",
                  "--set", "env.num_taggers=2", "--set", "env.num_runners=6",
                  "--set", "env.num_other_agents_observed=4", "--set", "env.episode_length=20",
-                 "--set", "scale.max_num_envs=64", "--set", "scale.trial_iterations=1"])
+                 "--set", "scale.max_num_envs=64", "--set", "scale.trial_seconds=0.2"])
     out = capsys.readouterr().out
     assert code == 0, out
     (run_dir,) = tmp_path.iterdir()
@@ -262,7 +295,7 @@ def test_throughput_objective_run_reports_every_trial_and_its_speedup(tmp_path, 
     assert f"{report['speedup_over_config']:.2f}x the config's" in out
     if report["speedup_over_config"] < 1.5:
         assert "below 1.5x the config because" in out and report["why_not_faster"]
-    assert rate[1] > 0 and report["final_env_steps_per_s"] > 0
+    assert min(trials) == 4 and rate[4] > 0 and report["final_env_steps_per_s"] > 0
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -311,3 +344,80 @@ def test_auto_scale_with_two_processes_agrees_on_the_picks(tmp_path):
     assert report["num_envs_search_pick"] <= report["num_envs_rank0_pick"]  # min over ranks
     assert report["num_envs"] <= report["num_envs_search_pick"]
     assert config["trainer"]["num_envs"] == report["num_envs"]
+
+
+def tiny_tag(**overrides):
+    from gpusim.envs import env_class
+    from gpusim.training.config import load_run_config
+    cls = env_class("tag_continuous")
+    return cls, load_run_config("tag_continuous", cls, overrides={
+        "trainer.backend": "cpu", "trainer.num_envs": 4, "trainer.rollout_len": 8,
+        "trainer.total_steps": 10_000, "env.num_taggers": 2, "env.num_runners": 6,
+        "env.num_other_agents_observed": 4, "env.episode_length": 20,
+        "scale.trial_seconds": 0.05, "scale.memory_budget": "4GiB", **overrides})
+
+
+def test_search_starts_at_the_config_and_trials_compile_nothing_new():
+    """Trials run uncompiled (even where the run compiles): after the first trial, no trial
+    builds a kernel or compiles a graph; and the search never goes below the config."""
+    from gpusim.scale.device import DeviceContext
+    from gpusim.training.autoscale import AutoScale
+    cls, config = tiny_tag(**{"trainer.compile": "on", "scale.max_num_envs": 16,
+                              "scale.min_rollout_len": 8})
+    context = DeviceContext()
+    context.bind("cpu", quiet=True)
+    lines = []
+    picked = AutoScale(config, cls, context, log=lines.append).run()
+    report = picked.auto_scale_report
+    trials = report["trials"]["num_envs"]
+    assert trials[0]["value"] == 4 == report["trials"]["baseline"][0]["value"]
+    assert [t["value"] for t in trials] == [4, 16, 8][:len(trials)]
+    assert all(t["info"]["compiles"] == 0 for t in trials[1:]), trials
+    assert isinstance(report["compiles"], int) and picked.trainer.compile == "on"  # the run
+    # itself compiles
+    assert picked.trainer.num_envs >= 4
+    assert any(line.startswith("search 1 stopped: ") for line in lines)
+
+
+def test_a_faster_pick_keeps_the_training_time_and_minibatch_rows():
+    """total_steps grows by the speed-up unless given; PPO minibatches keep their rows."""
+    from gpusim.training.autoscale import AutoScale, following_batch, with_sizes
+    cls, config = tiny_tag(**{"trainer.num_minibatches": 2})
+    grown = following_batch(with_sizes(config, num_envs=4 * 4096), config, agents=6)
+    rows = 4 * 4096 * 8 * 6
+    assert grown.algo.num_minibatches == -(-rows // 65536)  # at most scale.minibatch_rows
+    same = following_batch(with_sizes(config, num_envs=8), config, agents=6)
+    assert same.algo.num_minibatches == 2  # 768 rows a minibatch: still below the cap
+    scale = AutoScale.__new__(AutoScale)
+    scale.keep_total_steps, scale.report, scale.say = False, {}, lambda *a: None
+    assert scale.budgeted(config, 100.0, 250.0).trainer.total_steps == 25_000
+    assert scale.budgeted(config, 100.0, 90.0).trainer.total_steps == 10_000
+    scale.keep_total_steps = True
+    assert scale.budgeted(config, 100.0, 250.0).trainer.total_steps == 10_000
+
+
+class CudaAPIError(Exception):
+    """Stands in for numba's launch error (matched by class name and code)."""
+
+    def __init__(self, code, text):
+        super().__init__(f"[{code}] {text}")
+        self.code = code
+
+
+@pytest.mark.parametrize("error", [
+    lambda: __import__("torch").OutOfMemoryError("CUDA out of memory. Tried to allocate 55 GiB"),
+    lambda: CudaAPIError(701, "Call to cuLaunchKernel results in "
+                              "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES")])
+def test_out_of_memory_while_training_is_one_error_line(error, monkeypatch, capsys, tmp_path):
+    from gpusim.train import main
+    from gpusim.training.loop import Trainer
+
+    def fail(self):
+        raise error()
+    monkeypatch.setattr(Trainer, "train", fail)
+    code = main(["--env", "cartpole", "--backend", "cpu", "--total_steps", "256", "--quiet",
+                 "--results_dir", str(tmp_path), "--set", "trainer.final_eval_episodes=0"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err.startswith("error: the run does not fit cpu") and err.count("\n") == 1, err
+    assert "replicas x rollout_len" in err and "lower trainer.num_envs" in err

@@ -1,17 +1,28 @@
 """`--auto_scale`: size a run to its device before training starts.
 
-Objective `throughput` (the default): the fastest training, measured.
-Every trial is a short training run (one warm-up iteration, then
-`scale.trial_iterations` timed ones) that reports its steady env-steps/s
-and its peak memory.
-0. The run's own config is measured first: the baseline of the report.
+Objective `throughput` (the default): the fastest training, measured, in
+seconds. Every trial is a short training run: a warm-up (one iteration, and
+on a GPU the one that captures the CUDA graphs), then `scale.trial_seconds`
+of timed training, reporting steady env-steps/s and peak memory. Trials run
+the uncompiled step (graph-captured on a GPU): no trial compiles anything
+the first did not, and the pick alone compiles, once, when it trains.
+0. The run's config as given is measured first: the baseline.
 1. Rollout: `rollout_len` is the config's, raised to the learning floor
    `scale.min_rollout_len` (capped at the env's time limit).
-2. Replicas: `num_envs` doubles while the doubled run fits and is at least
-   `scale.saturation` faster, then the last bracket is bisected.
+2. Replicas: from the config's `num_envs`, x`scale.growth` per step while the
+   step fits (within the memory the trials so far were measured to need) and
+   gains at least `scale.saturation` per doubling; then the last bracket is
+   refined at its geometric midpoint.
 3. Minibatch rows: where a minibatch exceeds `trainer.max_minibatch_rows`
-   (the chunk search 1 ran with, so it fits), the chunk doubles while it
+   (the chunk search 2 ran with, so it fits), the chunk doubles while it
    fits and gains `scale.saturation`, up to the largest minibatch.
+The pick is never slower than the baseline: a search that found nothing
+faster keeps the config, and says why it stopped.
+A larger batch follows the recipe's learning settings (`PPOConfig.for_batch`):
+minibatches keep at most `scale.minibatch_rows` rows, more of them. And the
+run keeps the recipe's training time rather than its step budget:
+`total_steps` grows by the speed-up (unless it was given on the command
+line), so a faster run learns from more steps in the same time.
 Objective `memory`: the largest `num_envs` for which building the env, a
 reset and a few steps fit in `env_share` of the usable memory, then the
 largest `rollout_len` for which a full iteration fits (if that is shorter
@@ -20,29 +31,31 @@ than the floor, `num_envs` is halved and the batch search runs again).
 Usable memory is the budget (`--memory_budget`, else free GPU memory, else a
 share of free RAM) less the headroom. With several ranks every rank searches
 its own device and all take the minimum. The report (picks, every trial
-with its throughput and peak memory, the speed-up over the config) is
-printed and saved in the run's config.yaml.
+with its time, throughput, peak memory and compiles, the speed-up over the
+config, why the search stopped) is printed and saved in the run's config.yaml.
 """
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import replace
 
 import torch
 
+from gpusim.backends import kernels_built
 from gpusim.check.compare import actions_to, random_actions
 from gpusim.errors import GpusimError
 from gpusim.scale import distributed as dist
 from gpusim.scale.search import Searcher
 from gpusim.sizes import format_size, parse_size
 
-from .acceleration import forget_compiled
 from .algorithms import ALGORITHMS, algorithm_class
 from .config import RunConfig
 from .loop import Trainer
 
 TRAINER_SIZES = ("num_envs", "rollout_len")  # the rest (max_minibatch_rows) are the algorithm's
 HEADLINE_SPEEDUP = 1.5  # what auto-scaling should gain over the config, or say why not
+MAX_WARM_UP_ITERATIONS = 3
 
 
 def budget_bytes(config: RunConfig, context) -> int:
@@ -60,6 +73,15 @@ def with_sizes(config: RunConfig, **sizes) -> RunConfig:
     return replace(config, trainer=t, algo=algo)
 
 
+def following_batch(config: RunConfig, original: RunConfig, agents: int) -> RunConfig:
+    """`config` (resized from `original`) with the learning settings that follow the batch:
+    its algorithm's `for_batch` over the largest policy's rows per rollout."""
+    def rows(c):
+        return c.trainer.num_envs * c.trainer.rollout_len * agents
+    algo = config.algo.for_batch(rows(config), rows(original), config.scale.minibatch_rows)
+    return replace(config, algo=algo)
+
+
 def rollout_floor(config: RunConfig, time_limit: int | None) -> int:
     """The config's rollout_len, raised to scale.min_rollout_len capped at the time limit."""
     floor = config.scale.min_rollout_len
@@ -68,31 +90,52 @@ def rollout_floor(config: RunConfig, time_limit: int | None) -> int:
     return min(max(config.trainer.rollout_len, floor), config.scale.max_rollout_len)
 
 
+def compiles_so_far() -> int:
+    """Kernels built and graphs torch.compile made in this process: a trial of a new size
+    that adds to it compiled something the first trial did not."""
+    graphs = 0
+    if "torch._dynamo" in sys.modules:
+        from torch._dynamo.utils import counters
+        graphs = counters["stats"]["unique_graphs"]
+    return kernels_built() + graphs
+
+
 # ---- trials ------------------------------------------------------------------------
-def training_trial(config: RunConfig, env_class, context, size_key: str, **fixed):
-    """Body of a throughput trial: train briefly with `size_key` set to the trial's value."""
+def training_trial(resize, env_class, context, seconds: float):
+    """Body of a throughput trial: train for `seconds` the config `resize(value)` gives,
+    uncompiled (every trial reuses what the first one built)."""
     def body(value: int) -> dict:
-        forget_compiled()
-        trainer = Trainer(with_sizes(config, **fixed, **{size_key: value}), env_class,
-                          context.alone())
-        return measure_training(trainer, config.scale.trial_iterations)
+        config = resize(value)
+        config = replace(config, trainer=replace(config.trainer, compile="off"))
+        before = compiles_so_far()
+        trainer = Trainer(config, env_class, context.alone())
+        measured = measure_training(trainer, seconds=seconds)
+        return dict(measured, compiles=compiles_so_far() - before)
     return body
 
 
-def measure_training(trainer: Trainer, iterations: int) -> dict:
-    """Steady env-steps/s after one warm-up iteration, and the time split."""
+def measure_training(trainer: Trainer, iterations: int | None = None,
+                     seconds: float | None = None) -> dict:
+    """Steady env-steps/s after the warm-up, over `iterations` or at least `seconds` (one
+    iteration at least), and the time split."""
     lr = trainer.config.trainer.lr
-    trainer.iterate(lr)  # warm-up: compiles, grows the allocator's pools
+    warm_up = 0
+    while warm_up == 0 or (trainer.algorithm.warming_up() and warm_up < MAX_WARM_UP_ITERATIONS):
+        trainer.iterate(lr)  # compiles, captures graphs, grows the allocator's pools
+        warm_up += 1
     trainer.env.backend.synchronize()
     trainer.timer.reset()
     start = time.perf_counter()
-    for _ in range(iterations):
-        trainer.iterate(lr)
+    done = 0
+    while done < (iterations or 1) or (seconds and time.perf_counter() - start < seconds):
+        trainer.iterate(lr)  # its statistics are read on the host: each iteration syncs
+        done += 1
     trainer.env.backend.synchronize()
-    seconds = time.perf_counter() - start
-    shares = {k: round(v / seconds, 3) for k, v in trainer.timer.totals().items()}
-    steps = iterations * trainer.config.trainer.steps_per_iteration
-    return {"env_steps_per_s": round(steps / seconds, 1), "time_share": shares}
+    elapsed = time.perf_counter() - start
+    shares = {k: round(v / elapsed, 3) for k, v in trainer.timer.totals().items()}
+    steps = done * trainer.config.trainer.steps_per_iteration
+    return {"env_steps_per_s": round(steps / elapsed, 1), "iterations": done,
+            "time_share": shares}
 
 
 def env_trial(config: RunConfig, env_class, context, steps: int):
@@ -129,14 +172,17 @@ def iteration_trial(config: RunConfig, env_class, context, num_envs: int):
 class AutoScale:
     """One auto-scale: the budget, the time limit, and what each search found."""
 
-    def __init__(self, config: RunConfig, env_class, context, log=print):
+    def __init__(self, config: RunConfig, env_class, context, log=print,
+                 keep_total_steps: bool = False):
         self.config = config
         self.env_class = env_class
         self.context = context
+        self.keep_total_steps = keep_total_steps
         self.say = log if context.is_main else (lambda *a, **k: None)
         self.budget = budget_bytes(config, context)
         self.limit = int(self.budget * (1 - config.scale.headroom))
         self.start = time.perf_counter()
+        self.agents = 1  # the largest policy's agents per replica (set by the search)
         self.report = {"device": str(context.backend.device), "processes": context.world_size,
                        "objective": config.scale.objective, "budget_bytes": self.budget,
                        "usable_bytes": self.limit, "trials": {}}
@@ -159,34 +205,43 @@ class AutoScale:
         self.report["trials"].setdefault(key, []).extend(
             dict(t.to_dict(), **extra) for t in searcher.trials)
 
+    def sized(self, **sizes) -> RunConfig:
+        """The config with new sizes, and the learning settings that follow the batch."""
+        return following_batch(with_sizes(self.config, **sizes), self.config, self.agents)
+
     def run(self) -> RunConfig:
         scale = self.config.scale
         self.say(f"auto-scale ({scale.objective}) on {self.context.backend.device}: budget "
                  f"{format_size(self.budget)}, usable {format_size(self.limit)} "
                  f"(headroom {scale.headroom:g})")
-        config = self.fastest() if scale.objective == "throughput" else self.largest()
-        forget_compiled()  # the run compiles afresh, not after the trials' compiles
-        t, rows = config.trainer, config.algo.max_minibatch_rows
+        compiles = compiles_so_far()
+        env = self.env_class(num_envs=1, backend=self.context.backend, seed=self.config.trainer.seed,
+                             config=self.config.env)  # its sizes (and its kernels, compiled once)
+        self.agents = max(len(ids) for ids in env.policies.values())
+        time_limit = env.time_limit
+        del env
+        config = self.fastest(time_limit) if scale.objective == "throughput" else self.largest()
+        t, algo = config.trainer, config.algo
         self.report.update(num_envs=t.num_envs, rollout_len=t.rollout_len,
-                           max_minibatch_rows=rows,
+                           max_minibatch_rows=algo.max_minibatch_rows,
+                           num_minibatches=getattr(algo, "num_minibatches", None),
+                           total_steps=t.total_steps, compiles=compiles_so_far() - compiles,
                            search_s=round(time.perf_counter() - self.start, 2))
         self.say(f"auto-scale picked num_envs={t.num_envs}, rollout_len={t.rollout_len}, "
-                 f"max_minibatch_rows={rows} (train batch "
+                 f"max_minibatch_rows={algo.max_minibatch_rows} (train batch "
                  f"{t.steps_per_iteration:,} env steps) in {self.report['search_s']:.1f} s")
         return replace(config, auto_scale_report=self.report)
 
     # ---- objective: throughput -------------------------------------------------------
-    def fastest(self) -> RunConfig:
+    def fastest(self, time_limit: int | None) -> RunConfig:
         config, scale = self.config, self.config.scale
         t = config.trainer
-        env = self.env_class(num_envs=1, backend=self.context.backend, seed=t.seed,
-                             config=config.env)  # its sizes (and its kernels, compiled once)
-        largest_policy = max(len(ids) for ids in env.policies.values())
-        rollout_len = self.agree("rollout_len", rollout_floor(config, env.time_limit))
+        rollout_len = self.agree("rollout_len", rollout_floor(config, time_limit))
 
-        self.say(f"baseline: the config's num_envs={t.num_envs}, rollout_len={t.rollout_len}")
+        self.say(f"baseline: the config as given, num_envs={t.num_envs}, "
+                 f"rollout_len={t.rollout_len}")
         baseline = self.searcher("num_envs", training_trial(
-            config, self.env_class, self.context, "num_envs", rollout_len=t.rollout_len),
+            lambda value: config, self.env_class, self.context, scale.trial_seconds),
             scale.max_num_envs)
         base = baseline.measure(t.num_envs)
         self.record("baseline", baseline)
@@ -195,32 +250,41 @@ class AutoScale:
                               f"rollout_len={t.rollout_len} do not fit in "
                               f"{format_size(self.limit)} ({base.note}); lower them or raise "
                               "--memory_budget")
+        base_rate = base.info["env_steps_per_s"]
 
-        self.say(f"search 1: num_envs in [1, {scale.max_num_envs}] with rollout_len="
-                 f"{rollout_len}, doubling while it fits and gains >= {scale.saturation:.0%}")
+        def resize(num_envs):
+            return self.sized(num_envs=num_envs, rollout_len=rollout_len)
+        self.say(f"search 1: num_envs from {t.num_envs}, x{scale.growth} per step up to "
+                 f"{scale.max_num_envs}, with rollout_len={rollout_len}, while a step fits and "
+                 f"gains >= {scale.saturation:.0%} per doubling")
         replicas = self.searcher("num_envs", training_trial(
-            config, self.env_class, self.context, "num_envs", rollout_len=rollout_len),
-            scale.max_num_envs)
-        own_pick = replicas.run_fastest(scale.saturation)
-        num_envs = self.agree("num_envs", own_pick)
+            resize, self.env_class, self.context, scale.trial_seconds), scale.max_num_envs)
+        if resize(t.num_envs) == config:  # the baseline is the search's first point
+            replicas.trials.append(base)
+        outcome = replicas.run_fastest(scale.saturation, start=t.num_envs, growth=scale.growth)
+        self.say(f"search 1 stopped: {outcome.why}")
+        num_envs = self.agree("num_envs", outcome.pick)
         self.record("num_envs", replicas, rollout_len=rollout_len)
-        if num_envs == 0:
-            raise GpusimError(f"auto-scale: not even one replica of {config.env_name} trains "
-                              f"within {format_size(self.limit)}; raise --memory_budget")
-        picked = with_sizes(config, num_envs=num_envs, rollout_len=rollout_len)
+        picked = resize(num_envs) if num_envs else config
         # the picked run's trial (measured here if it is another rank's smaller pick)
-        final = replicas.trial(num_envs) or replicas.measure(num_envs)
+        final = (replicas.trial(num_envs) or replicas.measure(num_envs)) if num_envs else base
 
-        rows = self.minibatch_rows(picked, largest_policy)
-        if rows is not None:
+        rows = self.minibatch_rows(picked) if final.ok else None
+        if rows is not None and rows.ok:
             picked = with_sizes(picked, max_minibatch_rows=rows.value)
             final = rows
-        self.report.update(num_envs_rank0_pick=own_pick,
-                           baseline_env_steps_per_s=base.info["env_steps_per_s"])
-        self.speedup(base.info["env_steps_per_s"], final.info, replicas, num_envs)
-        return picked
+        rate = final.info["env_steps_per_s"] if final.ok else 0.0
+        why = outcome.why
+        if rate < base_rate:  # never slower than the config as given
+            why = (f"{why}; the best size measured ({rate:,.0f} env steps/s) was no faster "
+                   f"than the config's {base_rate:,.0f}, so the config is kept")
+            picked, rate = config, base_rate
+        self.report.update(num_envs_rank0_pick=outcome.pick, stopped_because=why,
+                           baseline_env_steps_per_s=base_rate)
+        self.speedup(base_rate, rate, why)
+        return self.budgeted(picked, base_rate, rate)
 
-    def minibatch_rows(self, config: RunConfig, largest_policy: int):
+    def minibatch_rows(self, config: RunConfig):
         """The trial of larger minibatch chunks, where minibatches exceed the configured chunk.
 
         Search 1 ran with the config's `max_minibatch_rows`, so those chunks fit.
@@ -228,42 +292,41 @@ class AutoScale:
         gain (powers of two only: no bisection), up to the largest minibatch.
         """
         scale, t, algo = config.scale, config.trainer, config.algo
-        largest = t.num_envs * t.rollout_len * largest_policy // algo.num_minibatches
+        largest = t.num_envs * t.rollout_len * self.agents // algo.num_minibatches
         if largest <= algo.max_minibatch_rows:
             return None  # every minibatch is already one chunk
         self.say(f"search 2: max_minibatch_rows in [{algo.max_minibatch_rows}, {largest}], "
                  "doubling while it fits and gains")
         rows = self.searcher("max_minibatch_rows", training_trial(
-            config, self.env_class, self.context, "max_minibatch_rows",
-            num_envs=t.num_envs, rollout_len=t.rollout_len), largest)
+            lambda value: with_sizes(config, max_minibatch_rows=value), self.env_class,
+            self.context, scale.trial_seconds), largest)
         pick = self.agree("max_minibatch_rows", rows.run_fastest(
-            scale.saturation, start=algo.max_minibatch_rows, resolution=1.0))
+            scale.saturation, start=algo.max_minibatch_rows, growth=2, resolution=1.0).pick)
         self.record("max_minibatch_rows", rows, num_envs=t.num_envs)
         return (rows.trial(pick) or rows.measure(pick)) if pick else None
 
-    def speedup(self, baseline: float, final: dict, replicas: Searcher, num_envs: int):
+    def speedup(self, baseline: float, rate: float, why: str):
         """Report the gain over the config; below the headline target, say why."""
-        rate = final["env_steps_per_s"]
         ratio = rate / baseline if baseline else float("inf")
         self.report.update(trial_env_steps_per_s=rate, speedup_over_config=round(ratio, 2))
         self.say(f"picked run: {rate:,.0f} env steps/s per process in its trial, "
                  f"{ratio:.2f}x the config's {baseline:,.0f}")
-        if ratio >= HEADLINE_SPEEDUP:
-            return
-        larger = [t for t in replicas.trials if t.value > num_envs]
-        if larger and not any(t.ok for t in larger):
-            why = (f"num_envs={min(t.value for t in larger)} did not fit in "
-                   f"{format_size(self.limit)}")
-        else:
-            shares = final.get("time_share", {})
-            learner = shares.get("forward", 0) + shares.get("update", 0)
-            why = (f"throughput saturated: doubling num_envs gained less than "
-                   f"{self.config.scale.saturation:.0%}; the learner (policy forward and "
-                   f"update) takes {learner:.0%} of the picked run's time and the env "
-                   f"{shares.get('env', 0):.0%}, so larger batches do not train faster on "
-                   f"{self.context.backend.device}")
-        self.report["why_not_faster"] = why
-        self.say(f"below {HEADLINE_SPEEDUP}x the config because {why}")
+        if ratio < HEADLINE_SPEEDUP:
+            self.report["why_not_faster"] = why
+            self.say(f"below {HEADLINE_SPEEDUP}x the config because the search stopped: {why}")
+
+    def budgeted(self, config: RunConfig, base_rate: float, rate: float) -> RunConfig:
+        """The run keeps the config's training time, not its step budget: `total_steps`
+        grows by the speed-up, unless the user gave it."""
+        t = config.trainer
+        if self.keep_total_steps or rate <= base_rate:
+            return config
+        total = int(t.total_steps * rate / base_rate)
+        self.report["total_steps_config"] = t.total_steps
+        self.say(f"total_steps {t.total_steps:,} -> {total:,}: the config's training time "
+                 f"(about {t.total_steps / base_rate:,.0f} s at its measured speed) at the "
+                 "pick's speed (--total_steps keeps a budget of steps)")
+        return replace(config, trainer=replace(t, total_steps=total))
 
     # ---- objective: memory -----------------------------------------------------------
     def largest(self) -> RunConfig:
@@ -308,14 +371,15 @@ class AutoScale:
         picked = batches.trial(rollout_len)
         self.report["trial_env_steps_per_s"] = picked.info.get("env_steps_per_s") \
             if picked is not None else None
-        return with_sizes(config, num_envs=num_envs, rollout_len=rollout_len)
+        return self.sized(num_envs=num_envs, rollout_len=rollout_len)
 
 
-def auto_scale(config: RunConfig, env_class, context, log=print) -> RunConfig:
+def auto_scale(config: RunConfig, env_class, context, log=print,
+               keep_total_steps: bool = False) -> RunConfig:
     """`config` with the picked sizes, and the search's report."""
     if not algorithm_class(config.trainer.algorithm).auto_scales:
         scalable = ", ".join(name for name, cls in ALGORITHMS.items() if cls.auto_scales)
         raise GpusimError(f"--auto_scale sizes on-policy rollouts ({scalable}); "
                           f"{config.trainer.algorithm} sets its pace with trainer.replay_ratio "
                           "and batch_size: drop --auto_scale")
-    return AutoScale(config, env_class, context, log).run()
+    return AutoScale(config, env_class, context, log, keep_total_steps).run()

@@ -19,7 +19,7 @@ from pathlib import Path
 from gpusim.backends import BACKEND_NAMES, check_process_count, set_compile_reporter
 from gpusim.config import load_yaml
 from gpusim.envs import env_class, env_names
-from gpusim.errors import GpusimError, describe, exit_code, writing
+from gpusim.errors import DoesNotFit, GpusimError, describe, exit_code, writing
 from gpusim.scale import distributed
 from gpusim.scale.device import DeviceContext
 
@@ -181,6 +181,25 @@ def resume_hint(run_dir: Path | None) -> str:
             f"--resume {run_dir}")
 
 
+def steps_given(args) -> bool:
+    """Whether the user set the step budget (--total_steps, or --set trainer.total_steps)."""
+    return args.total_steps is not None or any(
+        item.partition("=")[0].strip() == "trainer.total_steps" for item in args.set)
+
+
+def too_large(config, context, exc) -> DoesNotFit:
+    """A run that does not fit its device, as one line naming its sizes and what to lower."""
+    t, algo = config.trainer, config.algo
+    knob, size = ("max_minibatch_rows", f"minibatch chunks of {algo.max_minibatch_rows:,} rows") \
+        if hasattr(algo, "max_minibatch_rows") else \
+        ("batch_size", f"batches of {algo.batch_size:,} and a replay of {algo.replay_size:,}")
+    return DoesNotFit(
+        f"the run does not fit {context.backend.device} ({describe(exc)[:160]}): "
+        f"{t.num_envs:,} replicas x rollout_len {t.rollout_len}, {size}; lower "
+        f"trainer.num_envs, trainer.rollout_len or trainer.{knob} "
+        "(--set trainer.KEY=VALUE), or size the run with --auto_scale")
+
+
 def train(args, context) -> int:
     cls, config = resolve_config(args)
     context.bind(config.trainer.backend, quiet=args.quiet,
@@ -193,7 +212,7 @@ def train(args, context) -> int:
     logger = run_dir = None
     try:
         if args.auto_scale:
-            config = auto_scale(config, cls, context)
+            config = auto_scale(config, cls, context, keep_total_steps=steps_given(args))
         state = checkpoint.load_latest(Path(args.resume) / "checkpoints") if args.resume else None
         # Built before the run directory: a config the env or the device refuses (sac on
         # discrete actions, tf32 on a CPU) leaves no empty run directory behind.
@@ -222,6 +241,10 @@ def train(args, context) -> int:
         if context.is_main:
             print(resume_hint(run_dir), file=sys.stderr, flush=True)
         return 130
+    except Exception as exc:  # out of device memory: one line naming the sizes and knobs
+        if isinstance(exc, GpusimError) or not context.backend.is_resource_error(exc):
+            raise
+        raise too_large(config, context, exc) from None
     finally:
         set_compile_reporter(None)
         if logger is not None:

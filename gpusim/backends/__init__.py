@@ -15,8 +15,8 @@ from __future__ import annotations
 import importlib
 import sys
 
-from gpusim.backends.base import (Backend, Kernel, is_resource_error, set_build_once,
-                                  set_compile_reporter)
+from gpusim.backends.base import (Backend, Kernel, is_resource_error, kernels_built,
+                                  set_build_once, set_compile_reporter)
 from gpusim.cpu_threads import usable_cores
 from gpusim.errors import BackendError
 
@@ -81,5 +81,5 @@ def check_process_count(name: str, num_procs: int, oversubscribe: bool = False):
 
 
 __all__ = ["Backend", "Kernel", "BACKEND_NAMES", "get_backend", "cuda_works",
-           "check_process_count", "is_resource_error", "set_build_once",
+           "check_process_count", "is_resource_error", "kernels_built", "set_build_once",
            "set_compile_reporter", "usable_cores"]

@@ -81,6 +81,12 @@ def set_compile_reporter(reporter):
     _compile_reporter = reporter
 
 
+def kernels_built() -> int:
+    """How many kernels this process has compiled or loaded (auto-scale counts them: a
+    trial of another size must build none)."""
+    return len(Backend._compiled)
+
+
 def meminfo_bytes(field: str) -> int:
     """A field of Linux's /proc/meminfo, in bytes."""
     try:

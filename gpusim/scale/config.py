@@ -16,8 +16,14 @@ class ScaleConfig:
     """Multi-process runs and `--auto_scale` (gpusim.scale.search, gpusim.training.autoscale)."""
     objective: str = "throughput"    # throughput: the fastest training; memory: the largest
                                      # num_envs, then rollout_len, that fit
-    saturation: float = 0.05         # throughput: stop doubling num_envs (or minibatch rows)
-                                     # once a doubling gains less than this
+    saturation: float = 0.05         # throughput: stop growing num_envs (or minibatch rows)
+                                     # once a step gains less than this per doubling
+    growth: int = 4                  # throughput: each step of the num_envs search multiplies
+                                     # it by this, from the config's; then the last bracket
+                                     # is refined at its geometric midpoint
+    minibatch_rows: int = 65536      # throughput, PPO: as num_envs grows, minibatches grow to
+                                     # at most this many rows (or the config's, if more);
+                                     # beyond it, the number of minibatches grows
     memory_budget: str | None = None  # per process, e.g. "2GiB" (default: free GPU memory,
                                       # or cpu_memory_fraction of free RAM)
     cpu_memory_fraction: float = 0.5  # default CPU budget: this share of free RAM
@@ -26,12 +32,12 @@ class ScaleConfig:
     max_rollout_len: int = 1024      # the largest rollout_len a search tries
     min_rollout_len: int = 32        # the learning floor (GAE needs a horizon), capped at the
                                      # env's time limit; memory: halve num_envs until it fits
-    trial_iterations: int = 2        # throughput: timed training iterations per trial
-                                     # (after one warm-up iteration)
+    trial_seconds: float = 1.5       # throughput: each trial trains this long, timed, after
+                                     # its warm-up (at least one iteration)
     env_share: float = 0.25          # memory: the share the replica search may fill; the
                                      # rest is left for the training batch
     env_trial_steps: int = 5         # memory: steps after reset in a replica-count trial
-    time_limit_s: float = 900.0      # whole search: no new trial starts after this
+    time_limit_s: float = 45.0       # whole search: no new trial starts after this
     timeout_s: float = 600.0         # how long ranks wait for each other (compiles, rendezvous)
     collective_timeout_s: float = 300.0  # how long a collective (all-reduce, DDP) waits for
                                          # every rank; a rank that never arrives ends the run
@@ -49,8 +55,10 @@ class ScaleConfig:
         require(0 <= self.headroom < 1, "scale.headroom", "must lie in [0, 1)")
         require(0 < self.env_share <= 1, "scale.env_share", "must lie in (0, 1]")
         for key in ("max_num_envs", "max_rollout_len", "min_rollout_len", "env_trial_steps",
-                    "trial_iterations"):
+                    "minibatch_rows"):
             require(getattr(self, key) >= 1, f"scale.{key}", "must be at least 1")
+        require(self.growth >= 2, "scale.growth", "must be at least 2")
+        require(self.trial_seconds > 0, "scale.trial_seconds", "must be positive")
         require(self.min_rollout_len <= self.max_rollout_len, "scale.min_rollout_len",
                 "must not exceed scale.max_rollout_len")
         for key in ("time_limit_s", "timeout_s", "collective_timeout_s"):

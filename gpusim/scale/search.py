@@ -1,12 +1,12 @@
 """Auto-scaling searches: the fastest size, or the largest that fits the device.
 
-Both searches bracket by doubling, then bisect the last bracket, so they
-need about 2 log2(n) trials:
-- `fastest` (the throughput objective) doubles while each doubling fits and
-  gains at least `saturation` in throughput, then bisects the last bracket
-  with that gain prorated (log2 of the step);
-- `largest_passing` (the memory objective) returns the largest value that
-  passes, given that trials pass below some size and fail above it.
+- `fastest` (the throughput objective) starts at the config's value and
+  steps geometrically (x4) while each step fits the memory measured so far
+  and gains at least `saturation` per doubling, then refines the last
+  bracket at its geometric midpoint: a handful of trials from 16 to 16,384;
+- `largest_passing` (the memory objective) brackets by doubling, then
+  bisects, returning the largest value that passes, given that trials pass
+  below some size and fail above it.
 `Searcher` runs real trials: it measures each one's peak memory, counts
 out-of-memory and launch-resource errors (and exceeding the memory limit) as
 failures, cleans up after each, and lets any other error abort the search
@@ -86,45 +86,75 @@ def largest_passing(trial, cap: int, time_limit_s: float | None = None):
     return good, tried
 
 
+@dataclass
+class Outcome:
+    """What a throughput search found: its pick (0 if `start` did not fit), each value's
+    throughput (None: did not fit), and why it stopped, in words."""
+    pick: int
+    rates: dict
+    why: str
+
+
 def fastest(throughput, cap: int, saturation: float, start: int = 1,
-            time_limit_s: float | None = None, resolution: float = 1 / 16):
-    """(the value where throughput saturates, or 0 if `start` fails; {value: throughput}).
+            time_limit_s: float | None = None, growth: int = 4,
+            bound=None, resolution: float = 1.0) -> Outcome:
+    """Where throughput stops paying, from `start` upwards.
 
     `throughput(value) -> float`, or None where the value does not fit. From
-    `start`, double while the doubled value fits and is at least
-    `saturation` faster; then bisect the last bracket [lo, hi]: a midpoint
-    that fits and gains at least saturation * log2(mid / lo) over lo becomes
-    the new lo. Bisection stops when the bracket is narrower than
-    `resolution` * lo. Larger values that gain less are not worth their
-    memory and their larger (staler) batches.
+    `start`, step by `growth` while the next value fits and is faster by at
+    least `saturation` per doubling (prorated: `saturation * log2(step)`), never
+    past `bound()` (the largest value the memory measured so far allows; None:
+    no bound) nor `cap`. Then refine the last bracket [lo, hi] at its geometric
+    midpoint while it is wider than a factor `1 + resolution`. Larger values that
+    gain less are not worth their memory and their larger (staler) batches.
     """
     if not 1 <= start <= cap:
         raise GpusimError(f"search start must lie in 1..{cap}, got {start}")
+    if growth < 2:
+        raise GpusimError(f"search growth must be at least 2, got {growth}")
     clock = _Clock(time_limit_s)
-    rates = {}
-
-    def gains(value, over):
-        rates[value] = throughput(value)
-        return rates[value] is not None and \
-            rates[value] >= rates[over] * (1 + saturation * math.log2(value / over))
-
-    rates[start] = throughput(start)
+    rates = {start: throughput(start)}
     if rates[start] is None:
-        return 0, rates
-    lo, hi = start, None
-    while hi is None and lo < cap and not clock.out_of_time():
-        value = min(2 * lo, cap)
-        if gains(value, lo):
+        return Outcome(0, rates, f"the start, {start}, did not fit")
+
+    def gain(value, over) -> float:
+        return rates[value] / rates[over] - 1 if rates[value] is not None else -math.inf
+
+    def pays(value, over) -> bool:
+        rates[value] = throughput(value)
+        return gain(value, over) >= saturation * math.log2(value / over)
+
+    lo, hi, why = start, None, None
+    while hi is None:
+        top = min(cap, bound() if bound is not None else cap)
+        if clock.out_of_time():
+            why = f"its time limit ({time_limit_s:g} s) passed"
+            break
+        if lo >= top:
+            why = f"{lo} is the largest value the search may try (scale.max_num_envs)" \
+                if top == cap else f"{lo} is the largest value the measured memory allows"
+            break
+        value = min(lo * growth, top)
+        if pays(value, lo):
             lo = value
         else:
             hi = value
-    while hi is not None and hi - lo > max(1, lo * resolution) and not clock.out_of_time():
-        value = (lo + hi) // 2
-        if gains(value, lo):
+            why = _stop_reason(value, lo, rates, saturation)
+    while hi is not None and hi > lo * (1 + resolution) and not clock.out_of_time():
+        value = max(lo + 1, min(hi - 1, round(math.sqrt(lo * hi))))
+        if pays(value, lo):
             lo = value
         else:
             hi = value
-    return lo, rates
+    return Outcome(lo, rates, why)
+
+
+def _stop_reason(value: int, lo: int, rates: dict, saturation: float) -> str:
+    if rates[value] is None:
+        return f"{value} did not fit"
+    step = math.log2(value / lo)
+    return (f"{value} gained {rates[value] / rates[lo] - 1:+.0%} over {lo}, less than "
+            f"{saturation * step:.0%} ({saturation:.0%} per doubling)")
 
 
 # ---- measuring trials -------------------------------------------------------------
@@ -213,15 +243,29 @@ class Searcher:
                                   self.time_limit_s)
         return best
 
-    def run_fastest(self, saturation: float, start: int = 1, resolution: float = 1 / 16) -> int:
-        """Where throughput saturates (the throughput objective); 0 if `start` does not fit."""
-        best, _ = fastest(self._throughput, self.cap, saturation, start, self.time_limit_s,
-                          resolution)
-        return best
+    def run_fastest(self, saturation: float, start: int = 1, growth: int = 4,
+                    resolution: float = 1.0) -> Outcome:
+        """Where throughput saturates (the throughput objective), within the memory the
+        trials so far were measured to take; pick 0 if `start` does not fit."""
+        return fastest(self._throughput, self.cap, saturation, start, self.time_limit_s,
+                       growth, self.largest_fitting, resolution)
 
     def _throughput(self, value: int) -> float | None:
-        trial = self.measure(value)
+        trial = self.trial(value) or self.measure(value)  # a trial given in advance counts
         return trial.info.get("env_steps_per_s") if trial.ok else None
+
+    def largest_fitting(self) -> int:
+        """The largest value whose peak memory, extrapolated from the passing trials, stays
+        within the limit: linear through the two largest (through zero from one), so a
+        first trial's fixed costs make the bound cautious until a second one is measured."""
+        passed = sorted((t.value, t.peak_bytes) for t in self.trials
+                        if t.ok and t.peak_bytes is not None)
+        if not passed:
+            return self.cap
+        v1, p1 = passed[-1]
+        v0, p0 = passed[-2] if len(passed) > 1 else (0, 0)
+        per_value = max((p1 - p0) / (v1 - v0), 1.0)
+        return max(v1, min(self.cap, int(v1 + (self.limit - p1) / per_value)))
 
     def trial(self, value: int) -> Trial | None:
         """The trial of `value`, if it ran."""

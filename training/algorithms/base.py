@@ -78,6 +78,11 @@ class Algorithm:
     def update(self, lr: float) -> dict:
         raise NotImplementedError
 
+    def warming_up(self) -> bool:
+        """Whether the next iteration still prepares the steady one (captures a CUDA graph):
+        timing starts after it."""
+        return False
+
     def models(self) -> dict:
         """Policy name -> its module (every trained parameter: the finite check reads them)."""
         raise NotImplementedError

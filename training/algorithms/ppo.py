@@ -25,7 +25,7 @@ ranks, once per minibatch.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import torch
@@ -78,11 +78,22 @@ class PPOConfig:
         require(self.num_minibatches <= trainer.num_envs * trainer.rollout_len,
                 "trainer.num_minibatches", "must not exceed num_envs x rollout_len")
 
+    def for_batch(self, rows: int, config_rows: int, max_rows: int) -> "PPOConfig":
+        """This config for `rows` rows per rollout where it was written for `config_rows`
+        (auto-scale's pick): a minibatch grows with the batch up to `max_rows` rows (or the
+        config's own, if more), then the minibatches grow in number, so a larger batch
+        gives more gradient steps rather than ever larger ones."""
+        per_minibatch = max(max_rows, -(-config_rows // self.num_minibatches))
+        return replace(self, num_minibatches=max(self.num_minibatches, -(-rows // per_minibatch)))
+
 
 @dataclass(frozen=True)
 class A2CConfig(PPOConfig):
     update_epochs: int = 1         # a2c: 1 (one gradient step per rollout)
     num_minibatches: int = 1       # a2c: 1
+
+    def for_batch(self, rows: int, config_rows: int, max_rows: int) -> "A2CConfig":
+        return self  # one gradient step per rollout, whatever its size
 
     def check(self):
         super().check()

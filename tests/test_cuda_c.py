@@ -514,6 +514,62 @@ def test_build_compiles_once_into_the_user_cache(nvcc, tmp_path, monkeypatch):
         build(nvcc, source, header, "sm_90")
 
 
+class StandInDriver:
+    """Takes the images the backend loads and launches nothing."""
+
+    def __init__(self):
+        self.images = []
+
+    def load(self, image, function):
+        self.images.append(image)
+        return function, 1024
+
+    def prepare(self, kernel, params, struct_format):
+        return None
+
+
+class CudaCOnTheCpu(cuda_c_backend.CudaCBackend):
+    """The cuda_c backend's compile path (its cache and the in-process kernels) with a real
+    compiler and a stand-in driver: CPU tensors, no GPU."""
+
+    def __init__(self, compiler):
+        self.compiler, self.driver, self.arch = compiler, StandInDriver(), "sm_90"
+        self.device = torch.device("cpu")
+
+    def memory(self):
+        raise BackendError("no GPU memory to read here")  # check_fits: let it be
+
+
+def test_the_backend_builds_its_cubin_into_the_user_cache_once_per_process(nvrtc, tmp_path,
+                                                                          monkeypatch):
+    """What test_cuda_c_gpu's cache test checks, on the CPU: make() writes
+    cuda_c/<key>/tag_continuous.cubin into $GPUSIM_CACHE_DIR and loads that file. A kernel
+    this process already built is reused from memory and writes nothing into a cache
+    folder set later (why that GPU test once found no cubin); with nothing in memory, the
+    cubin comes from the cache without compiling."""
+    from gpusim.backends.base import Backend
+    monkeypatch.setattr(Backend, "_compiled", {})
+    monkeypatch.setenv("GPUSIM_CACHE_DIR", str(tmp_path / "first"))
+    backend = CudaCOnTheCpu(nvrtc)
+    make_tag(num_envs=2, backend=backend, num_taggers=3, num_runners=9)
+    (cubin,) = (tmp_path / "first").glob("cuda_c/*/tag_continuous.cubin")
+    assert cubin.read_bytes()[:4] == b"\x7fELF"
+    assert backend.driver.images == [cubin.read_bytes()] * 2  # the reset and step kernels
+
+    monkeypatch.setenv("GPUSIM_CACHE_DIR", str(tmp_path / "second"))
+    make_tag(num_envs=2, backend=backend, num_taggers=3, num_runners=9)
+    assert not list((tmp_path / "second").glob("cuda_c/*/*"))
+    assert len(backend.driver.images) == 2  # nothing built or loaded again
+
+    def no_compiler(*args, **kwargs):
+        raise AssertionError("compiled again for a cached cubin")
+    monkeypatch.setattr(nvrtc, "compile", no_compiler)
+    monkeypatch.setattr(Backend, "_compiled", {})
+    monkeypatch.setenv("GPUSIM_CACHE_DIR", str(tmp_path / "first"))
+    make_tag(num_envs=2, backend=backend, num_taggers=3, num_runners=9)
+    assert backend.driver.images[2:] == [cubin.read_bytes()] * 2
+
+
 # ---- the pycuda launcher, against stand-ins --------------------------------------------------
 def test_pycuda_launch_protocol_with_a_stand_in_driver(monkeypatch):
     """The launcher's calls, in order, with pycuda and torch.cuda replaced by recorders."""

@@ -180,8 +180,13 @@ def test_cuda_c_runs_a_full_block_of_1024_agents():
 
 
 def test_cuda_c_cubin_comes_from_the_user_cache(tmp_path, monkeypatch):
+    """Built into the cache, then loaded from it. Each make starts with nothing in this
+    process's memory: the module's earlier tests compiled the same kernels, and a kernel
+    kept in memory is never built, so it writes no cubin into a new cache folder."""
     from gpusim.backends import cuda_c
+    from gpusim.backends.base import Backend
     monkeypatch.setenv("GPUSIM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(Backend, "_compiled", {})
     make_tag(num_envs=2, backend="cuda_c", num_taggers=3, num_runners=9)
     assert list(tmp_path.glob("cuda_c/*/tag_continuous.cubin"))
 
@@ -189,7 +194,6 @@ def test_cuda_c_cubin_comes_from_the_user_cache(tmp_path, monkeypatch):
         raise AssertionError("compiled again for a cached cubin")
     monkeypatch.setattr(cuda_c.Nvrtc, "compile", no_compiler)
     monkeypatch.setattr(cuda_c.Nvcc, "compile", no_compiler)
-    from gpusim.backends.base import Backend
     monkeypatch.setattr(Backend, "_compiled", {})  # not from this process's memory either
     make_tag(num_envs=2, backend="cuda_c", num_taggers=3, num_runners=9)
 

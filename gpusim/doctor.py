@@ -10,12 +10,12 @@ fine machine; the table says so).
 """
 from __future__ import annotations
 
-import argparse
 import importlib.metadata
 import json
 import platform
 import sys
 
+from gpusim.arguments import ArgumentParser
 from gpusim.errors import describe
 
 BACKENDS = ("cpu", "numba", "cuda_c", "cudasim")
@@ -134,8 +134,7 @@ def format_table(table: list) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gpusim.doctor", description=__doc__.split(
-        "\n")[0])
+    parser = ArgumentParser(prog="python -m gpusim.doctor", description=__doc__.split("\n")[0])
     parser.add_argument("--json", action="store_true", help="print the rows as a JSON object")
     args = parser.parse_args(argv)
     table = rows()

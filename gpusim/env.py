@@ -36,7 +36,7 @@ import numba
 import numpy as np
 import torch
 
-from gpusim import rng, spaces
+from gpusim import masks, rng, spaces
 from gpusim.arrays import ArraySpec, DeviceArrays, namedtuple_type
 from gpusim.backends import Backend, get_backend
 from gpusim.errors import (ArrayError, ConfigError, GpusimError, debug, env_code_failed,
@@ -399,6 +399,8 @@ class Env:
         for name in ("terminated", "truncated", "reset_mask"):
             self.arrays[name].zero_()
         self._launch(self._reset_kernel, self.reset_kernel_spec)
+        if self.action_mask_array is not None:  # one host read per reset, never per step
+            masks.check(self, "after reset (step 0)")
         return self.arrays["obs"]
 
     def step(self, actions=None):

@@ -7,6 +7,7 @@ where they can, so few kernels compile.
 from dataclasses import dataclass
 
 import numba
+import numpy as np
 import torch
 
 from gpusim.arrays import ArraySpec
@@ -106,3 +107,35 @@ class RepeatedNames(Good):
     def setup(self, config):
         super().setup(config)
         self.agent_names = ("player", "player")
+
+
+@numba.jit(nopython=True)
+def mask_all_but_the_last_agent(env, agent, s, p):
+    """Agent 0 keeps both choices legal; the last agent, none once x reaches `dead_from`."""
+    dead = agent == s.legal.shape[1] - 1 and s.x[env, agent] >= p.dead_from
+    s.legal[env, agent, 0] = 0 if dead else 1
+    s.legal[env, agent, 1] = 0 if dead else 1
+
+
+class DeadMask(Good):
+    """An action mask that leaves the last agent no legal choice from the start."""
+    name = "dead_mask"
+    reset_phases = (agent_phase(spawn), agent_phase(mask_all_but_the_last_agent))
+    step_phases = (agent_phase(count), agent_phase(mask_all_but_the_last_agent),
+                   env_phase(end))
+    dead_from = 0.0
+
+    def setup(self, config):
+        super().setup(config)
+        self.action_mask_array = "legal"
+
+    def array_specs(self):
+        return {**super().array_specs(), "legal": ArraySpec(torch.int32, (2,))}
+
+    def params(self):
+        return {"dead_from": np.float32(self.dead_from)}
+
+
+class MaskDiesLater(DeadMask):
+    """The same mistake, from the third step on (after reset the mask is fine)."""
+    dead_from = 3.0

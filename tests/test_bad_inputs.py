@@ -28,7 +28,7 @@ import torch
 
 import gpusim
 from bad_envs import RepeatedNames
-from gpusim import train
+from gpusim import doctor, train
 from gpusim.config import load_yaml
 from gpusim.errors import GpusimError
 from gpusim.training import checkpoint, evaluate, plot, render
@@ -270,6 +270,9 @@ CLI_ROWS = [
     ("bad input inside the ranks", CARTPOLE + SMALL + ["--num_gpus", "2", "--set",
                                                        "trainer.torch_threads=2"], {}, 2,
      "exceeds the 1 cores"),
+    ("action mask leaves no choice", custom("DeadMask"), {}, 2,
+     "env dead_mask: the action mask ('legal') leaves agent agent_1 (id 1) of replica 0 no "
+     "legal choice for action component 0 after reset (step 0)"),
 ]
 
 
@@ -302,8 +305,13 @@ TOOL_ROWS = [
     ("plot a null metrics line", "plot", ["{files}/null_metrics"], 2,
      "line 1 is not a metrics record"),
     ("plot metrics a directory", "plot", ["{files}/metrics_dir"], 2, "metrics.jsonl is not a file"),
+    ("doctor unknown flag", "doctor", ["--jsn"], 2, "unrecognized arguments: --jsn"),
+    ("render unknown flag", "render", ["cartpole", "--bogus"], 2,
+     "unrecognized arguments: --bogus"),
+    ("plot unknown flag", "plot", ["{files}/run", "--bogus"], 2, "unrecognized arguments: --bogus"),
 ]
-TOOLS = {"train": train.main, "evaluate": evaluate.main, "render": render.main, "plot": plot.main}
+TOOLS = {"train": train.main, "evaluate": evaluate.main, "render": render.main, "plot": plot.main,
+         "doctor": doctor.main}
 
 
 def damaged_runs(files: Path):
@@ -577,6 +585,10 @@ API_ROWS = [
      "env good: agent_names repeats 'player'"),
     ("a YAML key given twice", lambda: load_yaml(yaml_file("env:\n  tau: 1\n  tau: 2\n")),
      "key 'tau' is given twice (line 3)"),
+    ("action mask leaves no choice after reset",
+     lambda: gpusim.make("bad_envs:DeadMask", num_envs=2, backend="cpu").reset(),
+     "leaves agent agent_1 (id 1) of replica 0 no legal choice for action component 0 after "
+     "reset (step 0)"),
 ]
 
 

@@ -318,3 +318,20 @@ def test_not_an_env_instance_raises():
 def test_unknown_compare_backend_raises(cartpole):
     with pytest.raises(gpusim.BackendError, match="unknown backend 'tpu'"):
         check_env(cartpole, compare_backend="tpu")
+
+
+def test_a_mask_that_leaves_an_agent_no_choice_fails_the_step_check_at_its_step():
+    """At reset the mask is checked by reset() itself; after every step by check_env."""
+    from bad_envs import DeadMask, MaskDiesLater
+    env = MaskDiesLater(num_envs=3, backend="cpu")
+    result = check_env(env, steps=20, skip=("seeding", "determinism"), verbose=False)
+    assert not result["step"].ok
+    assert result["step"].message == (
+        "after step 2, the action mask ('legal') leaves agent agent_1 (id 1) of replica 0 no "
+        "legal choice for action component 0; keep at least one choice legal per action "
+        "component")
+    result = check_env(DeadMask(num_envs=3, backend="cpu"), steps=5, skip=("determinism",),
+                       verbose=False)
+    assert "no legal choice for action component 0 after reset (step 0)" in result["reset"].message
+    walls = gpusim.make("tag_gridworld", num_envs=4, backend="cpu", mask_walls=True)
+    assert check_env(walls, steps=50, skip=("determinism",), verbose=False)["step"].ok

@@ -59,5 +59,19 @@ def test_the_cpu_bf16_probe_is_a_row_and_its_failure_too(monkeypatch):
 
 
 def test_bad_arguments_are_refused():
+    """One `error:` line, no usage, exit 2, as `python -m gpusim.train` does."""
     run = run_doctor("--bogus")
-    assert run.returncode == 2 and "unrecognized arguments" in run.stderr
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr.splitlines() == ["error: unrecognized arguments: --bogus (see --help)"]
+
+
+@pytest.mark.parametrize("tool, argv", [("gpusim.training.evaluate", ["run"]),
+                                        ("gpusim.training.render", ["cartpole"]),
+                                        ("gpusim.training.plot", ["run"])])
+def test_the_other_tools_refuse_a_misspelt_flag_alike(tool, argv, capsys):
+    main = __import__(tool, fromlist=["main"]).main
+    with pytest.raises(SystemExit) as exit:
+        main([*argv, "--jsn"])
+    assert exit.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "error: unrecognized arguments: --jsn (see --help)"]

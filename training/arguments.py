@@ -2,19 +2,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
+from gpusim.arguments import ArgumentParser  # re-exported: defined once, in the runtime
 from gpusim.errors import GpusimError
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse whose errors are one `error:` line (exit code 2), like every other error
-    (argparse's own print the usage first)."""
-
-    def error(self, message):
-        print(f"error: {message} (see --help)", file=sys.stderr)
-        sys.exit(2)
 
 
 def int_in(low: int, high: int | None = None):

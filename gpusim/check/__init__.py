@@ -18,7 +18,9 @@ Checks, in order (names as printed; pass any of them in `skip=` to leave it out)
 - `step`        step() returns (obs, reward, terminated, truncated, info) with the
                 documented shapes, dtypes and device; on every step of the rollout
                 the step phases write every obs and reward entry and the
-                terminated and truncated flag of every replica.
+                terminated and truncated flag of every replica, and an action
+                mask (`action_mask_array`) leaves every agent a legal choice in
+                each discrete action component.
 - `finite`      no NaN or Inf in obs, reward or final_obs over the rollout.
 - `auto_reset`  some episode ends within `steps`; reset_mask equals
                 terminated | truncated; terminated and truncated are never both

@@ -12,7 +12,7 @@ import numbers
 import numpy as np
 import torch
 
-from gpusim import spaces
+from gpusim import masks, spaces
 from gpusim.check.compare import (first_index, index_text, lockstep, one_line, tensor_problems,
                                   value_text)
 from gpusim.check.rollout import SENTINEL
@@ -196,6 +196,8 @@ def step(rollout) -> str:
             raise Failure(f"at step {t}, {name}{index_text(idx)} was not written by the step "
                           f"phases{extra}: every step must write every obs and reward entry "
                           "(zeros included) and both flags of every replica")
+        if record.dead_mask is not None:
+            raise Failure(f"after step {t}, {record.dead_mask}; {masks.ADVICE}")
     return (f"{rollout.num_steps} steps: output shapes, dtypes and device right, every obs, "
             "reward and flag written")
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from gpusim import masks
 from gpusim.check.compare import (actions_to, as_numpy, first_index, random_actions,
                                   replica_rows, reference_difference,
                                   reference_problem, tensor_problems)
@@ -58,6 +59,7 @@ class StepRecord:
     both_flags: int | None = None  # first replica both terminated and truncated
     finished: Finished | None = None
     reference: ReferenceStep | None = None
+    dead_mask: str | None = None  # the action mask leaves an agent no legal choice: how
 
 
 @dataclass
@@ -178,6 +180,7 @@ def _record_step(env, out, record):
     record.both_flags = None if both is None else both[0]
     if bool(done.any()):
         record.finished = _finished(env, obs, info["final_obs"], done)
+    record.dead_mask = masks.problem(env)  # the mask the next step's actions obey
 
 
 def _compare_with_reference(env, out, answer, rollout, reference_step):

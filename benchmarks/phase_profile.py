@@ -21,6 +21,7 @@ update's per update.
 from __future__ import annotations
 
 import collections
+import inspect
 
 import torch
 from torch.autograd import DeviceType
@@ -40,8 +41,11 @@ def profile_iteration(trainer, top: int = 5) -> list:
     lr = trainer.config.trainer.lr
     runs = {"rollout": lambda: trainer.algorithm.collect(trainer.env_steps),
             "update": lambda: trainer.algorithm.update(lr)}
+    # one profiling cycle, so nothing to clear; without acc_events torch (2.11) warns that
+    # it clears events when the process prepared a profile before
+    keep = {"acc_events": True} if "acc_events" in inspect.signature(profile).parameters else {}
     trainer.env.backend.synchronize()
-    with profile(activities=activities) as prof:
+    with profile(activities=activities, **keep) as prof:
         for phase in PHASES:
             trainer.context.use_threads(phase)  # as Trainer.iterate does
             with record_function(phase):

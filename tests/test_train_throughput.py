@@ -21,8 +21,8 @@ def benchmarks(monkeypatch):
 def test_profile_runs_tiny_on_the_cpu(tmp_path):
     out = tmp_path / "rows.json"
     run = subprocess.run([sys.executable, str(SCRIPT), "--num_envs", "2", "--rollout_len", "10",
-                          "--iterations", "1", "--profile", "--skip", "warpdrive", "recipe",
-                          "auto_scale", "limit", "--json", str(out)],
+                          "--iterations", "1", "--backend", "cpu", "--profile", "--skip",
+                          "warpdrive", "recipe", "auto_scale", "limit", "--json", str(out)],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stderr == "", run.stderr[-2000:]  # no library chatter, no warning

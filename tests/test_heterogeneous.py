@@ -181,8 +181,7 @@ def test_rollout_marks_per_agent_done_and_trains_only_on_agents_in_play(monkeypa
     assert bool(left.any()) and bool(glider.dones[:-1][left].all())
     assert not bool(glider.active.all())
     seen = losses_seen(monkeypatch)
-    for g in t.algorithm.groups:
-        t.algorithm._update_policy(g, 1e-3)
+    t.algorithm.update(1e-3)
     for name, rows, weights in seen:  # rows out of play are left out of the loss
         buffer = next(g.buffer for g in t.algorithm.groups if g.name == name)
         assert weights is None and bool(buffer.active.reshape(-1)[rows].all())
@@ -200,7 +199,7 @@ def test_rows_in_play_fewer_than_minibatches_weigh_the_others_zero(monkeypatch):
     g.buffer.active.zero_()
     g.buffer.active.view(-1)[0] = True  # one row in play, fewer than the minibatches
     seen = losses_seen(monkeypatch)
-    t.algorithm._update_policy(g, 1e-3)
+    t.algorithm._update_policy(g)
     for _, rows, weights in seen:
         assert torch.equal(weights, g.buffer.active.reshape(-1)[rows].float())
 

@@ -62,7 +62,7 @@ def test_minibatch_rows_are_capped(monkeypatch):
         seen.append(batch["index"].numel())
         return original(self, group, batch, adv, returns, weights)
     monkeypatch.setattr(PPO, "_loss", spy)
-    trainer.algorithm._update_policy(trainer.algorithm.groups[0], 1e-3)
+    trainer.algorithm._update_policy(trainer.algorithm.groups[0])
     # 256 rows, 2 minibatches of 128, each in chunks of at most 50
     assert seen == [50, 50, 28, 50, 50, 28]
 

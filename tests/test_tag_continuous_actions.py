@@ -178,7 +178,7 @@ def test_trainer_runs_in_continuous_mode():
     assert [g.name for g in trainer.algorithm.groups] == ["tagger", "runner"]
     assert all(g.continuous for g in trainer.algorithm.groups)
     trainer.algorithm.collect(0)
-    stats = {g.name: trainer.algorithm._update_policy(g, 1e-3) for g in trainer.algorithm.groups}
+    stats = trainer.algorithm.update(1e-3)
     metrics = trainer.metrics(stats, 1.0, 1e-3)
     for name in ("tagger", "runner"):
         assert math.isfinite(metrics[f"value_loss/{name}"]) and metrics[f"value_loss/{name}"] >= 0

@@ -40,7 +40,7 @@ def test_tiny_ppo_run_improves_on_cartpole():
 def test_ppo_ratio_really_varies():
     trainer = Trainer(cartpole_config(total_steps=3 * 1024, update_epochs=4), CARTPOLE)
     trainer.algorithm.collect(0)
-    stats = trainer.algorithm._update_policy(trainer.algorithm.groups[0], lr=1e-3)
+    (stats,) = trainer.algorithm.update(1e-3).values()
     assert stats["approx_kl"] > 0 and stats["clip_fraction"] >= 0
     assert stats["entropy"] > 0
 

@@ -27,15 +27,17 @@ COMPILE_MODES = ("auto", "on", "off")
 class Precision:
     name: str  # fp32, tf32 or bf16
     device_type: str
+    cache: bool = True  # autocast's cache of cast weights (off where CUDA graphs capture)
 
     def autocast(self):
         """The context the forward passes run in."""
         if self.name == "bf16":
-            return torch.autocast(self.device_type, dtype=torch.bfloat16)
+            return torch.autocast(self.device_type, dtype=torch.bfloat16,
+                                  cache_enabled=self.cache)
         return contextlib.nullcontext()
 
 
-def resolve_precision(choice: str, device: torch.device) -> Precision:
+def resolve_precision(choice: str, device: torch.device, graphs: bool = False) -> Precision:
     """`auto`: bf16 on a CUDA GPU that supports it, else fp32 (faster on the CPUs measured:
     docs/benchmarks.md). tf32 needs a CUDA GPU. bf16 on the CPU is checked first
     (gpusim.cpu_bf16): it runs, or the run stops with one line saying why."""
@@ -55,14 +57,19 @@ def resolve_precision(choice: str, device: torch.device) -> Precision:
                           "(use tf32 or fp32)")
     if choice == "bf16" and not cuda:  # some CPUs die by SIGILL in oneDNN's bf16 kernels
         cpu_bf16.prepare(announce=lambda line: print(line, file=sys.stderr, flush=True))
-    return Precision(choice, device.type)
+    return Precision(choice, device.type, cache=not graphs)
 
 
-def adam(params, lr: float, eps: float = 1e-8) -> torch.optim.Adam:
+def adam(params, lr: float, eps: float = 1e-8, capturable_on=None) -> torch.optim.Adam:
     """The learners' Adam: torch's fused kernel (one pass over every tensor of the step, where
     the default loops over them in Python on the CPU: cartpole's PPO update 7-10% faster,
-    docs/benchmarks.md, "Fused Adam, the critic over rows in play")."""
-    return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
+    docs/benchmarks.md, "Fused Adam, the critic over rows in play"). `capturable_on`: the
+    CUDA device of a step captured as a CUDA graph, where Adam keeps its step counts and
+    its learning rate as device tensors (the rate is then changed in place, `set_lr`)."""
+    if capturable_on is None:
+        return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
+    return torch.optim.Adam(params, lr=torch.tensor(float(lr), device=capturable_on), eps=eps,
+                            fused=True, capturable=True)
 
 
 def compile_enabled(choice: str, device: torch.device, pays_on_cpu: bool = False) -> bool:

@@ -21,6 +21,7 @@ from gpusim.errors import ConfigError
 from gpusim.scale.config import ScaleConfig
 
 from .acceleration import COMPILE_MODES, PRECISIONS
+from .graphs import MODES as GRAPH_MODES
 
 ACTIVATIONS = ("tanh", "relu")
 RECURRENT = ("none", "gru", "lstm")
@@ -47,6 +48,8 @@ class TrainerConfig:
     compile: str = "auto"          # the fused, compiled learner step: on | off | auto (on CUDA
                                    # GPUs; on the CPU, off-policy runs of 5,000+ gradient steps
                                    # and feed-forward PPO runs of 20,000+ minibatch steps)
+    cuda_graphs: str = "auto"      # auto (on CUDA devices) | on | off: PPO/A2C's rollout and
+                                   # update each recorded once as a CUDA graph and replayed
     checkpoint_every: int = 10     # iterations between checkpoints
     final_eval_episodes: int = 0   # after training: episodes per pairing of trained and random
                                    # policies (python -m gpusim.evaluate); 0: none
@@ -62,6 +65,8 @@ class TrainerConfig:
         require(self.precision in PRECISIONS, "trainer.precision", f"must be one of {PRECISIONS}")
         require(self.compile in COMPILE_MODES, "trainer.compile",
                 f"must be one of {COMPILE_MODES}")
+        require(self.cuda_graphs in GRAPH_MODES, "trainer.cuda_graphs",
+                f"must be one of {GRAPH_MODES}")
         for key in ("num_envs", "rollout_len", "total_steps", "checkpoint_every"):
             require(getattr(self, key) >= 1, f"trainer.{key}", "must be at least 1")
         require(self.seed >= 0, "trainer.seed", "must be >= 0")

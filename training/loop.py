@@ -235,6 +235,8 @@ class Trainer:
                 m[f"{key}/{name}"] = value
         for section in ("env", "forward", "update"):
             m[f"time_share/{section}"] = times.get(section, 0.0) / seconds
+        if "rollout" in times:  # a rollout replayed as one CUDA graph: env and forward in one
+            m["time_share/rollout"] = times["rollout"] / seconds
         return m
 
     def recent_return(self, name):

@@ -15,6 +15,7 @@ class SectionTimer:
 
     def __init__(self, device: torch.device):
         self.cuda = device.type == "cuda"
+        self.paused = False  # while a CUDA graph is captured: sections time nothing
         self._sections = {}
         self.reset()
 
@@ -45,14 +46,18 @@ class _Section:
         self.start = None
 
     def __enter__(self):
-        if self.timer.cuda:
+        if self.timer.paused:
+            self.start = None
+        elif self.timer.cuda:
             self.start = torch.cuda.Event(enable_timing=True)
             self.start.record()
         else:
             self.start = time.perf_counter()
 
     def __exit__(self, *exc):
-        if self.timer.cuda:
+        if self.start is None:
+            pass
+        elif self.timer.cuda:
             end = torch.cuda.Event(enable_timing=True)
             end.record()
             self.timer._events[self.name].append((self.start, end))

@@ -17,12 +17,14 @@ from gpusim.spaces import agent_index
 
 from ..acceleration import compile_enabled, resolve_precision, use_disk_cache
 from ..episodes import EpisodeTracker
+from ..graphs import graphs_enabled
 
 
 class Algorithm:
     Config = None           # its config dataclass: its own `trainer` keys and their defaults
     stats: tuple = ()       # the statistics `update` returns per policy
     auto_scales = False     # whether --auto_scale can size its runs (rollout sizes set its pace)
+    captures_graphs = False  # whether its steps are static, to be replayed as CUDA graphs
 
     def __init__(self, config, env, context, timer):
         """`config`: the RunConfig; `env`: this rank's replicas; `context`: the rank
@@ -33,7 +35,13 @@ class Algorithm:
         self.timer = timer
         self.rank, self.world_size = context.rank, context.world_size
         self.distributed = self.world_size > 1
-        self.precision = resolve_precision(config.trainer.precision, env.device)
+        # CUDA graphs (training.graphs) replay static steps: PPO's rollout and update; a
+        # static step trains on every row, those out of play weighted 0 (else left out)
+        self.use_graphs = graphs_enabled(config.trainer.cuda_graphs, env.device) \
+            and self.graphs_supported(config.trainer)
+        self.static_steps = self.use_graphs
+        self.precision = resolve_precision(config.trainer.precision, env.device,
+                                           self.use_graphs)
         self.use_compile = compile_enabled(config.trainer.compile, env.device,
                                            self.compiling_pays_on_cpu())
         if self.use_compile:
@@ -47,6 +55,14 @@ class Algorithm:
         env.backend.check_fits(f"the rollout's episode log ({rollout_len} steps x {env.num_envs:,} "
                                "replicas)", 4 * rollout_len * env.num_envs * (len(self.agents) + 1))
         self.episodes = EpisodeTracker(env, rollout_len, self.agents)
+
+    def graphs_supported(self, trainer) -> bool:
+        """Whether this algorithm captures its steps; `cuda_graphs: on` where it does not is
+        refused in one line (auto runs it eagerly)."""
+        if not self.captures_graphs and trainer.cuda_graphs == "on":
+            raise GpusimError(f"config key 'trainer.cuda_graphs' on: {trainer.algorithm} does "
+                              "not capture its steps as CUDA graphs yet (use auto or off)")
+        return self.captures_graphs
 
     def compiling_pays_on_cpu(self) -> bool:
         """Whether `trainer.compile: auto` compiles this run's learner on the CPU too, where
@@ -133,4 +149,7 @@ class Algorithm:
     @staticmethod
     def set_lr(optimizer, lr: float):
         for param_group in optimizer.param_groups:
-            param_group["lr"] = lr
+            if isinstance(param_group["lr"], torch.Tensor):  # read by a captured step
+                param_group["lr"].fill_(lr)
+            else:
+                param_group["lr"] = lr

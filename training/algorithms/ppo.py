@@ -37,6 +37,7 @@ from .. import losses
 from ..acceleration import MaybeCompiled, adam
 from ..actors import Actors
 from ..fused import FusedStep
+from ..graphs import StepGraph
 from ..models import make_model
 from .base import Algorithm
 
@@ -238,6 +239,7 @@ class PPO(Algorithm):
     Config = PPOConfig
     stats = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
     auto_scales = True
+    captures_graphs = True
 
     def __init__(self, config, env, context, timer):
         super().__init__(config, env, context, timer)
@@ -269,6 +271,13 @@ class PPO(Algorithm):
         self.bootstrap = TruncationBootstrap(env, t.rollout_len, t.gamma, self.central,
                                              self.actors.memory)
         self.shuffle = torch.Generator(device=env.device).manual_seed(t.seed)  # on the device
+        # On a CUDA device the rollout and the update are each one CUDA graph, replayed; what
+        # the update returns comes out through `update_stats` (training.graphs)
+        self.rollout_graph = StepGraph(self._collect, "the rollout", self.use_graphs, timer)
+        self.update_graph = StepGraph(self._update_all, "the update",
+                                      self.use_graphs and not self.distributed, timer)
+        self.update_stats = torch.zeros((len(self.groups), len(self.stats)), device=env.device)
+        self.orders = {}  # policy name -> (update_epochs, units) minibatch orders, drawn ahead
 
     def steps_fuse(self) -> bool:
         """Whether a compiled minibatch step is one fused call (training.fused): not under
@@ -285,7 +294,8 @@ class PPO(Algorithm):
     def _policy_group(self, name, spec) -> PolicyGroup:
         env, config = self.env, self.config
         model = make_model(spec, config.policy, self.state_dim or None).to(env.device)
-        optimizer = adam(model.parameters(), config.trainer.lr, eps=1e-5)
+        optimizer = adam(model.parameters(), config.trainer.lr, eps=1e-5,
+                         capturable_on=env.device if self.use_graphs else None)
         train_model = self._wrap(model)
         # Compiled, a minibatch is one fused step where steps fuse; else the update's forward.
         fused = self.use_compile and self.steps_fuse()
@@ -348,9 +358,20 @@ class PPO(Algorithm):
                 return value[..., None].expand(*value.shape, g.spec.num_agents)
             return g.value(own) if memory is None else g.value(own, memory)
 
+    def warming_up(self) -> bool:
+        return self.rollout_graph.warming_up() or self.update_graph.warming_up()
+
     # ---- rollout -------------------------------------------------------------------
-    @torch.no_grad()
     def collect(self, env_steps: int):
+        """A rollout: eagerly, or its CUDA graph replayed (one section, "rollout")."""
+        if self.rollout_graph.graph is None:
+            self.rollout_graph()
+            return
+        with self.timer("rollout"):
+            self.rollout_graph()
+
+    @torch.no_grad()
+    def _collect(self):
         env = self.env
         for t in range(self.config.trainer.rollout_len):
             with self.timer("forward"):
@@ -395,12 +416,18 @@ class PPO(Algorithm):
         row out of play only from rows out of play, which the update leaves out. In tag,
         where most runners are caught early, that skips most of the critic's rows."""
         buf = g.buffer
-        if in_play is None:
-            buf.values.copy_(self._critic(g, buf.obs, buf.states))
+        if in_play is None:  # every step's, a few steps at a time (bounded memory)
+            steps = max(1, self.cfg.max_minibatch_rows // buf.values[0].numel())
+            for t in range(0, buf.values.shape[0], steps):
+                part = slice(t, t + steps)
+                states = None if buf.states is None else buf.states[part]
+                buf.values[part] = self._critic(g, buf.obs[part], states)
             return
         obs = buf.obs.view(-1, buf.obs.shape[-1])
         values = buf.values.view(-1).zero_()
-        values.index_copy_(0, in_play, self._critic(g, take(obs, in_play), None))
+        for first in range(0, in_play.shape[0], self.cfg.max_minibatch_rows):
+            rows = in_play[first:first + self.cfg.max_minibatch_rows]
+            values.index_copy_(0, rows, self._critic(g, take(obs, rows), None))
 
     def _store_outcome(self, t: int, reward, done, truncated, active):
         """Step t's rewards and done marks; the truncation bootstrap; episode returns."""
@@ -421,14 +448,40 @@ class PPO(Algorithm):
 
     # ---- update --------------------------------------------------------------------
     def update(self, lr: float) -> dict:
-        return {g.name: self._update_policy(g, lr) for g in self.groups}
+        """Every policy's update (eagerly, or its CUDA graph replayed): statistics per policy,
+        read from the device once."""
+        for g in self.groups:
+            self.set_lr(g.optimizer, lr)
+            if self.static_steps:
+                self._draw_orders(g)
+        self.update_graph()
+        return {g.name: dict(zip(self.stats, values))
+                for g, values in zip(self.groups, self.update_stats.tolist())}
 
-    def _update_policy(self, g: PolicyGroup, lr: float) -> dict:
+    def _update_all(self):
+        for k, g in enumerate(self.groups):
+            self.update_stats[k].copy_(self._update_policy(g))
+
+    def _draw_orders(self, g: PolicyGroup):
+        """Each epoch's shuffle of a static update, drawn before it runs (a captured update
+        replays the shuffle it captured; the eager one draws the same ones as it goes)."""
+        units = self._units(g.buffer)[0].shape[0]
+        orders = self.orders.get(g.name)
+        if orders is None:
+            orders = self.orders[g.name] = torch.empty((self.cfg.update_epochs, units),
+                                                       dtype=torch.long, device=self.env.device)
+        for epoch in range(self.cfg.update_epochs):
+            orders[epoch].copy_(self._shuffled(units))
+
+    def _shuffled(self, units: int) -> torch.Tensor:
+        return torch.randperm(units, generator=self.shuffle, device=self.shuffle.device)
+
+    def _update_policy(self, g: PolicyGroup) -> torch.Tensor:
         """The rollout's values and GAE, then `update_epochs` passes of shuffled
         minibatches: of rows, or of agent sequences (`bptt_len` steps) for a recurrent
-        policy. With per-agent done, rows out of play are left out, or weigh 0 (`_units`)."""
+        policy. With per-agent done, rows out of play are left out, or weigh 0 (`_units`).
+        Returns the mean statistics (`stats` order)."""
         cfg, buf = self.cfg, g.buffer
-        self.set_lr(g.optimizer, lr)
         units, weights = self._units(buf)
         with torch.no_grad():
             if not self.bptt_len:  # else the rollout stored each step's value
@@ -447,15 +500,14 @@ class PPO(Algorithm):
         if minibatch == 0:  # fewer sequences than minibatches: nothing to split
             raise GpusimError(f"policy {g.name!r} has {units.shape[0]} sequences per rollout, "
                               f"fewer than trainer.num_minibatches ({cfg.num_minibatches})")
-        for _ in range(cfg.update_epochs):
-            order = torch.randperm(units.shape[0], generator=self.shuffle,
-                                   device=self.shuffle.device).to(advantages.device)
+        for epoch in range(cfg.update_epochs):
+            order = self.orders[g.name][epoch] if self.static_steps \
+                else self._shuffled(units.shape[0])
             for first in range(0, minibatch * cfg.num_minibatches, minibatch):
                 rows = units[order[first:first + minibatch]]
                 stats += self._minibatch_step(g, rows if self.bptt_len else rows[:, 0],
                                               advantages, returns, weights)
-        stats /= cfg.update_epochs * cfg.num_minibatches
-        return dict(zip(self.stats, stats.tolist()))  # one host read per policy update
+        return stats / (cfg.update_epochs * cfg.num_minibatches)
 
     def _units(self, buf: PolicyBuffer) -> tuple:
         """What minibatches are made of, as (units, steps) flat row indices: every row
@@ -463,14 +515,15 @@ class PPO(Algorithm):
         (None: every row counts).
 
         With per-agent done, rows out of play are left out (one host read: where most
-        agents finish early, as in tag, that halves the update), or weigh 0 inside
-        sequences and where fewer rows are in play than minibatches."""
+        agents finish early, as in tag, that halves the update on the CPU), or weigh 0
+        inside sequences, where fewer rows are in play than minibatches, and in static
+        steps (CUDA graphs: every step the same shapes)."""
         steps, envs, agents = buf.rewards.shape
         device = buf.rewards.device
         active = None if self.env.agent_active_array is None else buf.active.reshape(-1)
         weights = None if active is None else active.float()
         if not self.bptt_len:
-            if active is not None:
+            if active is not None and not self.static_steps:
                 in_play = active.nonzero()
                 if in_play.shape[0] >= self.cfg.num_minibatches:
                     return in_play, None
@@ -581,20 +634,34 @@ class PPO(Algorithm):
 
     def state_dict(self) -> dict:
         return {"models": {g.name: g.model.state_dict() for g in self.groups},
-                "optimizers": {g.name: g.optimizer.state_dict() for g in self.groups},
+                "optimizers": {g.name: plain_lr(g.optimizer.state_dict()) for g in self.groups},
                 "shuffle_rng": self.shuffle.get_state()}
 
     def load_state_dict(self, state: dict):
         self.check_policies(state, "models", "optimizers")
         for g in self.groups:
             g.model.load_state_dict(state["models"][g.name])
+            lr = g.optimizer.param_groups[0]["lr"]  # a float, or a captured step's tensor
             g.optimizer.load_state_dict(state["optimizers"][g.name])
+            for param_group in g.optimizer.param_groups:
+                saved, param_group["lr"] = param_group["lr"], lr
+                self.set_lr(g.optimizer, float(saved))
         self.shuffle.set_state(state["shuffle_rng"])
+        self.rollout_graph.drop()  # the optimizers' state tensors are new: capture again
+        self.update_graph.drop()
 
     @classmethod
     def acting_model(cls, config, env, spec):
         state_dim = env.global_state().shape[-1] if config.policy.critic == "central" else None
         return make_model(spec, config.policy, state_dim)
+
+
+def plain_lr(optimizer_state: dict) -> dict:
+    """An optimizer's state dict with its learning rates as floats (a captured step keeps
+    them as device tensors), so checkpoints load on any device."""
+    for param_group in optimizer_state["param_groups"]:
+        param_group["lr"] = float(param_group["lr"])
+    return optimizer_state
 
 
 def take(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,161 @@
+"""Static steps: what a CUDA graph replays (training.graphs) must run the same operations on
+tensors of the same shapes at every call, and never read a device value on the host.
+
+Checked on the CPU, with the learners in the static form they take on a CUDA device
+(`static_steps`): a TorchDispatchMode records every tensor operation (its name, and its
+tensor arguments' shapes and dtypes) of two consecutive rollouts and of two consecutive
+updates, which a captured graph replays whole, and of consecutive rollout steps and
+minibatch steps inside them. gpusim's own kernels (env, sampler) are not torch operations;
+they read and write the env's fixed arrays.
+"""
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+from gpusim.envs import env_class
+from gpusim.training.algorithms.ppo import PPO
+from gpusim.training.config import load_run_config
+from gpusim.training.loop import Trainer
+
+from learning_envs import Legal
+from test_host_syncs import counting_host_reads
+
+# what reads a device value on the host, or makes a shape out of one
+HOST_READS = ("_local_scalar_dense", "nonzero", "masked_select", "unique", "masked_scatter",
+              "repeat_interleave", "equal", "is_nonzero")
+
+
+class Recorder(TorchDispatchMode):
+    """Every operation as (name, (shape, dtype) of each tensor argument); `mark()` starts a
+    new segment."""
+
+    def __init__(self):
+        super().__init__()
+        self.segments = [[]]
+
+    def mark(self):
+        self.segments.append([])
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        leaves = tree_leaves((args, kwargs))
+        tensors = tuple((tuple(a.shape), a.dtype) for a in leaves if isinstance(a, torch.Tensor))
+        bool_index = func.__name__.startswith("index") and any(
+            isinstance(a, torch.Tensor) and a.dtype == torch.bool for a in tree_leaves(args[1:]))
+        self.segments[-1].append((func.__name__ + (" (bool index)" if bool_index else ""),
+                                  tensors))
+        return func(*args, **kwargs)
+
+    @property
+    def ops(self):
+        return [op for segment in self.segments for op in segment]
+
+
+def host_reads(ops):
+    return [name for name, _ in ops if name.split(".")[0].lstrip("_") in
+            tuple(r.lstrip("_") for r in HOST_READS) or "bool index" in name]
+
+
+def static_trainer(env, overrides, cls=None):
+    cls = cls or env_class(env)
+    config = load_run_config(env, cls, overrides={
+        "trainer.backend": "cpu", "trainer.num_envs": 4, "trainer.rollout_len": 6,
+        "trainer.total_steps": 10**6, "trainer.target_return": None,
+        "trainer.torch_threads": 1, "trainer.update_epochs": 2, "trainer.num_minibatches": 2,
+        "trainer.compile": "off", **overrides})
+    trainer = Trainer(config, cls)
+    trainer.algorithm.static_steps = True  # what it runs on a CUDA device
+    trainer.iterate(config.trainer.lr)     # warm-up: what the first call makes once
+    return trainer
+
+
+TAG = {"env.num_taggers": 2, "env.num_runners": 3, "env.num_other_agents_observed": 3}
+CASES = {
+    "ppo": ("cartpole", {}),
+    "a2c": ("cartpole", {"trainer.algorithm": "a2c", "trainer.update_epochs": 1,
+                         "trainer.num_minibatches": 1}),
+    "ppo, recurrent": ("cartpole", {"policy.recurrent": "gru", "policy.bptt_len": 3}),
+    "ppo, masked": ("legal", {"env.masked": True}),
+    "ppo, central critic": ("tag_gridworld", {"policy.critic": "central"}),
+    "ppo, per-agent done, continuous, two policies": ("tag_continuous", TAG),
+    "ppo, continuous": ("pendulum", {"trainer.algorithm": "ppo"}),
+}
+
+
+def make(case):
+    env, overrides = CASES[case]
+    cls = Legal if env == "legal" else None
+    return static_trainer(env, overrides, cls)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_consecutive_rollouts_and_updates_are_the_same_steps_with_no_host_read(case):
+    trainer = make(case)
+    algorithm, lr = trainer.algorithm, trainer.config.trainer.lr
+    recorded = {}
+    for call in ("collect", "update"):
+        runs = []
+        for _ in range(2):
+            with Recorder() as recorder, counting_host_reads() as python_reads:
+                algorithm.collect(0) if call == "collect" else algorithm._update_all()
+            runs.append(recorder.ops)
+            assert python_reads["reads"] == 0, f"{call} reads the device from Python"
+        assert runs[0] == runs[1], f"{call}: the second call ran other operations or shapes"
+        assert not host_reads(runs[0]), f"{call} reads the device: {host_reads(runs[0])}"
+        recorded[call] = runs[0]
+    assert len(recorded["collect"]) > 10 and len(recorded["update"]) > 10
+    algorithm.update(lr)  # the update as the loop calls it: orders drawn, then the step
+
+
+@pytest.mark.parametrize("case", ["ppo", "ppo, per-agent done, continuous, two policies",
+                                  "ppo, recurrent"])
+def test_rollout_steps_and_minibatch_steps_repeat(case, monkeypatch):
+    """Inside a rollout, steps 0 and 1 (no truncation bootstrap due) run the same operations;
+    inside an update, every minibatch step of a policy does."""
+    trainer = make(case)
+    algorithm, env = trainer.algorithm, trainer.env
+    recorder = Recorder()
+    step = env.step
+
+    def marked_step(*args, **kwargs):
+        out = step(*args, **kwargs)
+        recorder.mark()
+        return out
+    monkeypatch.setattr(env, "step", marked_step)
+    with recorder:
+        algorithm.collect(0)
+    first, second = recorder.segments[1:3]  # after step 0's env.step, after step 1's
+    assert first == second and first
+
+    minibatch_step = PPO._minibatch_step
+    steps = []
+
+    def marked(self, g, *args):
+        with Recorder() as inner:
+            out = minibatch_step(self, g, *args)
+        steps.append((g.name, inner.ops))
+        return out
+    monkeypatch.setattr(PPO, "_minibatch_step", marked)
+    algorithm._update_all()
+    for name in {name for name, _ in steps}:
+        ops = [o for n, o in steps if n == name]
+        assert len(ops) == 4 and all(o == ops[0] for o in ops), name  # 2 epochs x 2
+        assert not host_reads(ops[0])
+
+
+def test_static_and_compacted_updates_learn_the_same():
+    """Per-agent done: the static update weighs rows out of play 0 where the CPU's leaves
+    them out; both give the same advantages on rows in play and the same first step."""
+    results = []
+    for static in (False, True):
+        trainer = make("ppo, per-agent done, continuous, two policies")
+        trainer.algorithm.static_steps = static
+        torch.manual_seed(0)
+        trainer.algorithm.collect(0)
+        stats = trainer.algorithm.update(1e-3)
+        results.append(stats)
+    for name in results[0]:
+        for key in ("value_loss", "entropy"):
+            assert results[0][name][key] == pytest.approx(results[1][name][key], rel=0.2), \
+                (name, key)

@@ -13,7 +13,9 @@ An environment subclasses `Env` and declares (see envs/tag_continuous/env.py):
 - `array_specs()`: its named arrays (state and scratch);
 - `params()`: its scalar parameters, as numpy scalars;
 - `initial_values()`: constant tables and other arrays to fill once;
-- `reset_phases` and `step_phases`: portable phases (see gpusim.kernels).
+- `reset_phases` and `step_phases`: portable phases (see gpusim.kernels);
+  optionally `observe_phases`, those that write the observation from the
+  state arrays alone (`observe()`, e.g. after `set_state`).
 Step phases read `actions` (int32) or `continuous_actions` (float32, already
 clipped to the bounds) and write `obs`, `reward`, `terminated` and
 `truncated`; reset phases draw one replica's initial state from its RNG
@@ -131,6 +133,10 @@ class Env:
     # them (an env whose reward charges the raw action, as MountainCarContinuous does)
     raw_continuous_actions: bool = False
     time_limit: int | None = None  # None: an episode may be truncated at any step
+    # phases that write the observation (and what is written with it: an action mask, the
+    # global state) from the state arrays alone: `observe()` runs them. Without them the
+    # observation changes only in reset() and step().
+    observe_phases: tuple = ()
     nonnegative_state: tuple = ("timestep",)  # state arrays set_state refuses below 0
     render_arrays: tuple = ()  # the arrays a rendered frame needs (gpusim.render); see draw
 
@@ -138,10 +144,7 @@ class Env:
                  config=None, check_actions: bool | None = None, env_offset: int = 0):
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
             raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
-        self.config = self._checked_config(config)
-        self._run_setup()
-        self.policy_specs = spaces.resolve(self)
-        self.agent_names = spaces.agent_names(self)
+        self._declare(config)
         discrete = {p.actions for p in self.policy_specs.values() if not p.continuous}
         # the action set every discrete policy shares; () if none, or if they differ
         self.action_nvec = next(iter(discrete)) if len(discrete) == 1 else ()
@@ -176,6 +179,22 @@ class Env:
         views = self.arrays.views
         self._reset_kernel = self.backend.compile(self.reset_kernel_spec(), views, self._params)
         self._step_kernel = self.backend.compile(self.step_kernel_spec(), views, self._params)
+
+    @classmethod
+    def declared(cls, config=None) -> "Env":
+        """What the env declares, without building it: an instance that has run `setup`
+        only (its config, `policy_specs`, `agent_names`, `observation_space` and
+        `action_space`), with no arrays, kernels or backend: what a trained policy needs
+        to act elsewhere (gpusim.load_policies). It cannot be stepped."""
+        env = cls.__new__(cls)
+        env._declare(config)
+        return env
+
+    def _declare(self, config):
+        self.config = self._checked_config(config)
+        self._run_setup()
+        self.policy_specs = spaces.resolve(self)
+        self.agent_names = spaces.agent_names(self)
 
     # ---- building it: a mistake in the env's own code is one line naming it ------------
     REQUIRED = ("num_agents", "obs_dim", "policies")  # what setup() must set
@@ -260,6 +279,10 @@ class Env:
             if self.continuous_dim and not self.raw_continuous_actions else ()
         return KernelSpec.of(f"{cls.name}.step", *clip, *cls.step_phases, auto_reset,
                              cuda_c=cls.cuda_c_step, cuda_c_dir=cls._kernel_dir("cuda_c_step"))
+
+    @classmethod
+    def observe_kernel_spec(cls) -> KernelSpec:
+        return KernelSpec.of(f"{cls.name}.observe", *cls.observe_phases)
 
     @classmethod
     def _kernel_dir(cls, attribute: str) -> str | None:
@@ -403,6 +426,17 @@ class Env:
             masks.check(self, "after reset (step 0)")
         return self.arrays["obs"]
 
+    def observe(self) -> torch.Tensor:
+        """Recompute the observation from the state arrays (the env's `observe_phases`, a
+        kernel compiled on first use) and return `obs`: after `set_state`, or after writing
+        state arrays directly. A replica's RNG streams and state are left as they were."""
+        if not self.observe_phases:
+            raise GpusimError(f"env {self.name} declares no observe_phases: its observation "
+                              "is written by reset() and step() only")
+        spec = self.observe_kernel_spec()
+        self._launch(self.backend.compile(spec, self.arrays.views, self._params), lambda: spec)
+        return self.arrays["obs"]
+
     def step(self, actions=None):
         """Advance every replica one step; finished replicas are reset automatically.
 
@@ -433,7 +467,10 @@ class Env:
         return {name: self.arrays[name].clone() for name in names}
 
     def set_state(self, state: dict):
-        """Inject state arrays (any subset of `get_state()`'s keys), checked by name."""
+        """Inject state arrays (any subset of `get_state()`'s keys), checked by name.
+
+        The observation is left as it was (a resumed run restores its own): `observe()`
+        recomputes it from the injected state, else the next step does."""
         if not isinstance(state, dict):
             raise ArrayError(f"set_state takes a dict of state arrays (as get_state() returns), "
                              f"got {type(state).__name__}")
@@ -551,6 +588,8 @@ class Env:
         torch.minimum(buffer, largest, out=buffer)
 
     def __repr__(self):
+        if not hasattr(self, "arrays"):  # Env.declared(): setup only
+            return f"<{type(self).__name__} declared, num_agents={self.num_agents}>"
         return (f"<{type(self).__name__} num_envs={self.num_envs} num_agents={self.num_agents} "
                 f"backend={self.backend.name} device={self.device}>")
 

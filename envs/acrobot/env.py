@@ -26,7 +26,7 @@ TWO_PI = math.pi - (-math.pi)  # gymnasium's wrap(x, -pi, pi): diff = M - m
 
 
 @numba.jit(nopython=True)
-def observe(env, agent, s):
+def observe(env, agent, s, p):
     """(cos th1, sin th1, cos th2, sin th2, dth1, dth2) as float32, from the float64 state."""
     theta1, theta2 = s.theta1[env], s.theta2[env]
     s.obs[env, agent, 0] = numba.float32(math.cos(theta1))
@@ -49,7 +49,7 @@ def spawn(env, agent, s, p):
     s.dtheta1[env] = np.float64(v2)
     s.dtheta2[env] = np.float64(v3)
     s.timestep[env] = 0
-    observe(env, agent, s)
+    observe(env, agent, s, p)
 
 
 @numba.jit(nopython=True)
@@ -112,7 +112,7 @@ def physics(env, agent, s, p):
     s.dtheta1[env] = dtheta1
     s.dtheta2[env] = dtheta2
     s.timestep[env] += 1
-    observe(env, agent, s)
+    observe(env, agent, s, p)
     terminated = -math.cos(theta1) - math.cos(theta2 + theta1) > 1.0
     s.reward[env, agent] = numba.float32(0.0) if terminated else numba.float32(-1.0)
     s.terminated[env] = terminated
@@ -124,6 +124,7 @@ class Acrobot(Env):
     config_class = AcrobotConfig
     reset_phases = (agent_phase(spawn),)
     step_phases = (agent_phase(physics),)
+    observe_phases = (agent_phase(observe),)
 
     render_arrays = ("theta1", "theta2")
 

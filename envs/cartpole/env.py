@@ -33,6 +33,15 @@ def spawn(env, agent, s, p):
 
 
 @numba.jit(nopython=True)
+def observe(env, agent, s, p):
+    """The observation is the state: x, x_dot, theta, theta_dot."""
+    s.obs[env, agent, 0] = s.x[env]
+    s.obs[env, agent, 1] = s.x_dot[env]
+    s.obs[env, agent, 2] = s.theta[env]
+    s.obs[env, agent, 3] = s.theta_dot[env]
+
+
+@numba.jit(nopython=True)
 def physics(env, agent, s, p):
     x, x_dot = np.float64(s.x[env]), np.float64(s.x_dot[env])
     theta, theta_dot = np.float64(s.theta[env]), np.float64(s.theta_dot[env])
@@ -53,10 +62,7 @@ def physics(env, agent, s, p):
     s.theta[env] = numba.float32(theta)
     s.theta_dot[env] = numba.float32(theta_dot)
     s.timestep[env] += 1
-    s.obs[env, agent, 0] = s.x[env]
-    s.obs[env, agent, 1] = s.x_dot[env]
-    s.obs[env, agent, 2] = s.theta[env]
-    s.obs[env, agent, 3] = s.theta_dot[env]
+    observe(env, agent, s, p)
     s.reward[env, agent] = numba.float32(1.0)
     # Termination is decided on the float64 values, as gymnasium does.
     terminated = (x < -p.x_threshold or x > p.x_threshold
@@ -70,6 +76,7 @@ class CartPole(Env):
     config_class = CartPoleConfig
     reset_phases = (agent_phase(spawn),)
     step_phases = (agent_phase(physics),)
+    observe_phases = (agent_phase(observe),)
 
     render_arrays = STATE
 

@@ -23,7 +23,7 @@ STATE = ("position", "velocity")
 
 
 @numba.jit(nopython=True)
-def observe(env, agent, s):
+def observe(env, agent, s, p):
     """(position, velocity) as float32, from the float64 state."""
     s.obs[env, agent, 0] = numba.float32(s.position[env])
     s.obs[env, agent, 1] = numba.float32(s.velocity[env])
@@ -36,7 +36,7 @@ def spawn(env, agent, s, p):
     s.position[env] = p.reset_low + (p.reset_high - p.reset_low) * u
     s.velocity[env] = 0.0
     s.timestep[env] = 0
-    observe(env, agent, s)
+    observe(env, agent, s, p)
 
 
 @numba.jit(nopython=True)
@@ -55,7 +55,7 @@ def physics(env, agent, s, p):
     s.position[env] = position
     s.velocity[env] = velocity
     s.timestep[env] += 1
-    observe(env, agent, s)
+    observe(env, agent, s, p)
     s.reward[env, agent] = numba.float32(-1.0)
     terminated = position >= p.goal_position and velocity >= p.goal_velocity
     s.terminated[env] = terminated
@@ -67,6 +67,7 @@ class MountainCar(Env):
     config_class = MountainCarConfig
     reset_phases = (agent_phase(spawn),)
     step_phases = (agent_phase(physics),)
+    observe_phases = (agent_phase(observe),)
 
     render_arrays = STATE
 

@@ -45,7 +45,7 @@ def bound(value, wide):
 
 
 @numba.jit(nopython=True)
-def observe(env, agent, s):
+def observe(env, agent, s, p):
     """(position, velocity) as float32."""
     s.obs[env, agent, 0] = numba.float32(s.position[env])
     s.obs[env, agent, 1] = numba.float32(s.velocity[env])
@@ -58,7 +58,7 @@ def spawn(env, agent, s, p):
     s.position[env] = p.reset_low + (p.reset_high - p.reset_low) * u
     s.velocity[env] = 0.0
     s.timestep[env] = 0
-    observe(env, agent, s)
+    observe(env, agent, s, p)
 
 
 @numba.jit(nopython=True)
@@ -113,7 +113,7 @@ def physics(env, agent, s, p):
     s.position[env] = narrow(position)  # gymnasium stores its state as float32
     s.velocity[env] = narrow(velocity)
     s.timestep[env] += 1
-    observe(env, agent, s)
+    observe(env, agent, s, p)
     # gymnasium's reward = (100.0 if terminated else 0) - math.pow(action, 2) * 0.1, in
     # float64, of the RAW action (not the clipped force): -0.169 for an action of 1.3, -inf
     # for an infinite one, NaN for NaN. The square of a float32 is exact in float64.
@@ -129,6 +129,7 @@ class MountainCarContinuous(Env):
     config_class = MountainCarContinuousConfig
     reset_phases = (agent_phase(spawn),)
     step_phases = (agent_phase(physics),)
+    observe_phases = (agent_phase(observe),)
     # the step kernel leaves the actions unclipped: `physics` clips the force itself and
     # charges the reward on the raw action, as gymnasium does
     raw_continuous_actions = True

@@ -28,7 +28,7 @@ TWO_PI = 2 * math.pi  # gymnasium's angle_normalize: ((x + pi) % (2 * pi)) - pi
 
 
 @numba.jit(nopython=True)
-def observe(env, agent, s):
+def observe(env, agent, s, p):
     """(cos theta, sin theta, theta_dot) as float32, from the float64 state."""
     theta = s.theta[env]
     s.obs[env, agent, 0] = numba.float32(math.cos(theta))
@@ -44,7 +44,7 @@ def spawn(env, agent, s, p):
     s.theta[env] = (2.0 * u0 - 1.0) * p.init_theta
     s.theta_dot[env] = (2.0 * u1 - 1.0) * p.init_theta_dot
     s.timestep[env] = 0
-    observe(env, agent, s)
+    observe(env, agent, s, p)
 
 
 @numba.jit(nopython=True)
@@ -67,7 +67,7 @@ def physics(env, agent, s, p):
     s.theta[env] = newth
     s.theta_dot[env] = newthdot
     s.timestep[env] += 1
-    observe(env, agent, s)
+    observe(env, agent, s, p)
     s.reward[env, agent] = numba.float32(-costs)
     s.terminated[env] = False
     s.truncated[env] = s.timestep[env] >= p.max_episode_steps
@@ -78,6 +78,7 @@ class Pendulum(Env):
     config_class = PendulumConfig
     reset_phases = (agent_phase(spawn),)
     step_phases = (agent_phase(physics),)
+    observe_phases = (agent_phase(observe),)
 
     render_arrays = ("theta",)
 

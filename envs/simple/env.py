@@ -30,6 +30,7 @@ class Simple(ParticleEnv):
     mpe2_module = "simple_v3"
     reset_phases = (*SPAWN, agent_phase(observe))
     step_phases = (*MOVE, env_phase(tick), agent_phase(score), agent_phase(observe))
+    observe_phases = (agent_phase(observe),)
 
     @classmethod
     def roles(cls, config):

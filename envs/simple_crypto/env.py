@@ -74,6 +74,7 @@ class SimpleCrypto(ParticleEnv):
     dim_c = DIM_C
     reset_phases = (*SPAWN, env_phase(choose_secrets), agent_phase(observe))
     step_phases = (*MOVE, env_phase(tick), agent_phase(score), agent_phase(observe))
+    observe_phases = (agent_phase(observe),)
     render_arrays = ParticleEnv.render_arrays + ("goal",)
 
     @classmethod

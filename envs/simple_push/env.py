@@ -66,6 +66,7 @@ class SimplePush(ParticleEnv):
     reset_phases = (*SPAWN, env_phase(choose_goal), agent_phase(observe))
     step_phases = (*MOVE, env_phase(tick), agent_phase(goal_distance), agent_phase(score),
                    agent_phase(observe))
+    observe_phases = (agent_phase(observe),)
     render_arrays = ParticleEnv.render_arrays + ("goal",)
 
     @classmethod

@@ -56,6 +56,7 @@ class SimpleReference(ParticleEnv):
     reset_phases = (*SPAWN, agent_phase(choose_goal), agent_phase(observe))
     step_phases = (*MOVE, env_phase(tick), agent_phase(judge), agent_phase(score),
                    agent_phase(observe))
+    observe_phases = (agent_phase(observe),)
     render_arrays = ParticleEnv.render_arrays + ("goal",)
 
     @classmethod

@@ -48,6 +48,7 @@ class SimpleSpeakerListener(ParticleEnv):
     dim_c = 3
     reset_phases = (*SPAWN, env_phase(choose_goal), agent_phase(observe))
     step_phases = (*MOVE, env_phase(tick), agent_phase(score), agent_phase(observe))
+    observe_phases = (agent_phase(observe),)
     render_arrays = ParticleEnv.render_arrays + ("goal",)
 
     @classmethod

@@ -76,6 +76,7 @@ class SimpleTag(ParticleEnv):
     reset_phases = (*SPAWN, agent_phase(observe))
     step_phases = (*MOVE, agent_phase(caught), env_phase(finish), agent_phase(score),
                    agent_phase(observe))
+    observe_phases = (agent_phase(observe),)
 
     @classmethod
     def roles(cls, config):

@@ -131,6 +131,7 @@ class SimpleWorldComm(ParticleEnv):
     reset_phases = (*SPAWN, agent_phase(enter_forests), agent_phase(observe))
     step_phases = (*MOVE, env_phase(tick), agent_phase(enter_forests), agent_phase(caught),
                    agent_phase(score), agent_phase(observe))
+    observe_phases = (agent_phase(enter_forests), agent_phase(observe))
 
     @classmethod
     def roles(cls, config):

@@ -266,6 +266,7 @@ class TagContinuous(Env):
     reset_phases = (agent_phase(spawn_agent), env_phase(start_clock), agent_phase(observe))
     step_phases = (agent_phase(move), env_phase(tick), agent_phase(observe),
                    agent_phase(tag_runners), agent_phase(score), env_phase(finish))
+    observe_phases = (agent_phase(observe),)
     cuda_c_reset = "tag_continuous.cu:tag_continuous_reset"
     cuda_c_step = "tag_continuous.cu:tag_continuous_step"
     agent_active_array = "still_in_game"  # a tagged runner is done (per-agent done)

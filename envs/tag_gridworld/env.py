@@ -175,6 +175,7 @@ class TagGridworld(Env):
                     agent_phase(mark_legal_moves))
     step_phases = (agent_phase(move), env_phase(resolve), agent_phase(score),
                    agent_phase(observe), agent_phase(mark_legal_moves))
+    observe_phases = (agent_phase(observe), agent_phase(mark_legal_moves))
 
     render_arrays = ("pos_x", "pos_y")
 

@@ -43,11 +43,14 @@ setup(
         # adapters to gymnasium, PettingZoo and TorchRL (gpusim.wrappers)
         "interop": ["gymnasium>=0.29", "pettingzoo>=1.24", "torchrl>=0.6"],
         "plot": ["matplotlib>=3.5"],
+        # python -m gpusim.export --format onnx (onnx) and running the file (onnxruntime)
+        "export": ["onnx>=1.14", "onnxruntime>=1.16"],
         # Without a GPU, CI compiles the CUDA C kernels with NVRTC and the numba kernels to
         # PTX with numba-cuda (its NVVM comes from the CUDA toolkit where one is installed);
         # no extra of numba-cuda's, so no CUDA torch or toolkit wheels (Linux x86-64 only)
         "test": ["pytest>=7", "scipy>=1.10", "gymnasium>=0.29", "matplotlib>=3.5",
                  "pettingzoo>=1.24", "torchrl>=0.6", "stable-baselines3>=2", "mpe2==1.1.1",
+                 "onnx>=1.14", "onnxruntime>=1.16",
                  f"cuda-bindings>=13; {LINUX_X86}", f"nvidia-cuda-nvrtc>=13; {LINUX_X86}",
                  f"numba-cuda>=0.30; {LINUX_X86}",
                  # NVRTC 12 beside 13: every CUDA C kernel compiles for both driver majors

@@ -1,8 +1,9 @@
 """gpusim: massively parallel multi-agent RL environments as GPU (or CPU) kernels.
 
 This namespace is the public facade: it re-exports the runtime's API, and
-`make`, `register` and `env_names` from the env table in `gpusim.envs`
-(imported on first use, since the envs are built on the runtime).
+`make`, `register` and `env_names` from the env table in `gpusim.envs`, and
+`load_policies` (a run's trained policies) from `gpusim.training.policies`, both
+imported on first use, since they are built on the runtime.
 """
 # First, before torch or numba load their OpenMP runtimes, which read it once:
 # idle pool threads sleep rather than spin (unless the user chose; gpusim.cpu_threads).
@@ -21,8 +22,8 @@ __version__ = "0.1.0"
 
 _FROM_ENVS = ("make", "register", "env_names")
 
-__all__ = ["make", "register", "env_names", "get_backend", "check_env", "Env", "ActionSampler",
-           "KernelSpec", "Phase", "Section", "agent_phase", "env_phase",
+__all__ = ["make", "register", "env_names", "load_policies", "get_backend", "check_env", "Env",
+           "ActionSampler", "KernelSpec", "Phase", "Section", "agent_phase", "env_phase",
            "GpusimError", "ConfigError", "ArrayError", "BackendError"]
 
 
@@ -30,4 +31,7 @@ def __getattr__(name):
     if name in _FROM_ENVS:
         from gpusim import envs
         return getattr(envs, name)
+    if name == "load_policies":
+        from gpusim.training.policies import load_policies
+        return load_policies
     raise AttributeError(f"module 'gpusim' has no attribute {name!r}")

@@ -12,6 +12,7 @@ directories, an open cache directory, a full and a read-only file system
 where this machine lets the test mount them) are made once for the module.
 """
 import contextlib
+import functools
 import io
 import json
 import math
@@ -31,7 +32,7 @@ from bad_envs import RepeatedNames
 from gpusim import doctor, train
 from gpusim.config import load_yaml
 from gpusim.errors import GpusimError
-from gpusim.training import checkpoint, evaluate, plot, render
+from gpusim.training import checkpoint, evaluate, export, plot, render
 from gpusim.training.config import load_run_config
 from gpusim.training.logger import lock_run_dir
 
@@ -309,9 +310,24 @@ TOOL_ROWS = [
     ("render unknown flag", "render", ["cartpole", "--bogus"], 2,
      "unrecognized arguments: --bogus"),
     ("plot unknown flag", "plot", ["{files}/run", "--bogus"], 2, "unrecognized arguments: --bogus"),
+    # trained policies: evaluated deterministically, exported
+    ("evaluate a run without a checkpoint", "evaluate", ["{files}/no_checkpoint",
+                                                         "--deterministic"], 2,
+     "no checkpoint found"),
+    ("export a run without a checkpoint", "export", ["{files}/no_checkpoint", "--out",
+                                                     "{files}/exported"], 2,
+     "no checkpoint found"),
+    ("export a policy that does not exist", "export", ["{files}/run", "--policy", "nope",
+                                                       "--out", "{files}/exported"], 2,
+     "has no policy 'nope' (its policies: agent)"),
+    ("export to an unknown format", "export", ["{files}/run", "--format", "tflite"], 2,
+     "argument --format: invalid choice: 'tflite'"),
+    ("export onto a file", "export", ["{files}/run", "--out", "{files}/a_file"], 2,
+     "--out {files}/a_file is a file: name a folder"),
+    ("export without a run", "export", [], 2, "the following arguments are required: run_dir"),
 ]
 TOOLS = {"train": train.main, "evaluate": evaluate.main, "render": render.main, "plot": plot.main,
-         "doctor": doctor.main}
+         "doctor": doctor.main, "export": export.main}
 
 
 def damaged_runs(files: Path):
@@ -589,7 +605,31 @@ API_ROWS = [
      lambda: gpusim.make("bad_envs:DeadMask", num_envs=2, backend="cpu").reset(),
      "leaves agent agent_1 (id 1) of replica 0 no legal choice for action component 0 after "
      "reset (step 0)"),
+    # a trained run's policies (gpusim.load_policies)
+    ("policies of a run without a checkpoint",
+     lambda: gpusim.load_policies(trained_cartpole() / "no_checkpoint"), "no checkpoint found"),
+    ("a policy that does not exist", lambda: gpusim.load_policies(trained_cartpole())["nope"],
+     "has no policy 'nope' (its policies: agent)"),
+    ("an observation of the wrong width",
+     lambda: gpusim.load_policies(trained_cartpole())["agent"].act(np.zeros(5)),
+     "policy 'agent' observes 4 entries: obs must have shape (..., 4), got (5,)"),
 ]
+
+
+@functools.cache
+def trained_cartpole() -> Path:
+    """A tiny cartpole run (its subfolder no_checkpoint: a copy without checkpoints)."""
+    import atexit
+    import tempfile
+    root = Path(tempfile.mkdtemp(prefix="gpusim-bad-inputs-"))
+    atexit.register(shutil.rmtree, root, True)
+    threads = torch.get_num_threads(), __import__("numba").get_num_threads()
+    assert train.main(CARTPOLE + SMALL + ["--results_dir", str(root)]) == 0
+    torch.set_num_threads(threads[0])  # the run bound them
+    __import__("numba").set_num_threads(threads[1])
+    (run,) = root.iterdir()
+    shutil.copytree(run, run / "no_checkpoint", ignore=shutil.ignore_patterns("checkpoints"))
+    return run
 
 
 def yaml_file(text: str) -> Path:

@@ -44,7 +44,8 @@ def test_wheel_holds_nothing_generic_at_top_level(tmp_path):
 def test_readme_example_runs():
     """The README's Python example is real code: run it (on the CPU backend)."""
     text = (ROOT / "README.md").read_text()
-    (code,) = re.findall(r"```python\n(.*?)```", text, re.S)
+    # the first block, the env's (tests/test_real_clients.py runs those of trained policies)
+    code = re.findall(r"```python\n(.*?)```", text, re.S)[0]
     namespace = {}
     exec(compile(code, "README.md", "exec"), namespace)
     env = namespace["env"]

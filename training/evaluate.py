@@ -10,6 +10,12 @@ each policy's mean episode return with a 95% confidence interval, and the
 env's own measures where it has them (tag_continuous: how long runners
 survive and how many are still free at the end). The figures also go to
 RUN_DIR/eval.json.
+
+With --deterministic the trained policies act deterministically (the most
+likely choice, the Gaussian's mean; random ones stay random), as
+`gpusim.load_policies(...)[name].act(obs, deterministic=True)` acts in other
+clients. With --trained_only only the first pairing is played, every policy
+trained: a cooperative env's policies on their own, with no random partner.
 """
 from __future__ import annotations
 
@@ -23,9 +29,8 @@ import torch
 
 from gpusim.errors import GpusimError, writing
 
-from . import checkpoint
+from . import policies as trained
 from .actors import Actors
-from .algorithms import algorithm_class
 from .arguments import ArgumentParser, int_in
 from .config import load_run_dir_config
 
@@ -45,28 +50,53 @@ def mean_ci(values) -> tuple[float, float]:
 
 def load_policies(run_dir, env) -> dict:
     """The trained policies of a run's latest checkpoint, one per policy, on the env's
-    device (built by the run's algorithm: training.algorithms)."""
-    state = checkpoint.load_latest(Path(run_dir) / "checkpoints")
-    _, config = load_run_dir_config(run_dir)
-    if not isinstance(state, dict) or not isinstance(state.get("algorithm"), dict):
-        raise GpusimError(f"{run_dir}: its checkpoint was not written by this version of "
-                          "gpusim's trainer")
-    return algorithm_class(config.trainer.algorithm).acting_policies(config, env,
-                                                                     state["algorithm"])
+    device: their acting networks, as training.actors acts with them."""
+    return {name: policy.model for name, policy in
+            trained.load_policies(run_dir, env.device).items()}
+
+
+class Greedy:
+    """A policy acting deterministically whatever the actors ask: its most likely choice
+    (every other choice at log-probability -inf, so the sampler can draw only that one),
+    or its deterministic action. Random policies in the same step keep drawing."""
+
+    def __init__(self, model, spec):
+        self.model, self.state_size = model, getattr(model, "state_size", 0)
+        self.nvec = None if spec.continuous else tuple(spec.actions)
+
+    def sample(self, obs, deterministic=False, *state):
+        return self.model.sample(obs, True, *state)
+
+    def log_probs(self, obs, mask=None, *state):
+        out = self.model.log_probs(obs, mask, *state)
+        log_probs = out[0] if state else out
+        parts = [torch.full_like(p, float("-inf")).scatter_(-1, p.argmax(-1, keepdim=True), 0.0)
+                 for p in torch.split(log_probs, self.nvec, -1)]
+        one_hot = torch.cat(parts, -1)
+        return (one_hot, out[-1]) if state else one_hot
 
 
 @torch.no_grad()
 def play(env, policies: dict, num_episodes: int, argmax: bool = False) -> dict:
     """Full episodes with `policies` (policy name -> trained policy; a policy without one
     acts uniformly at random): per policy the list of episode returns (the mean over its
-    agents), and the env's own measures (`env.episode_measures()`), per episode."""
+    agents), and the env's own measures (`env.episode_measures()`), per episode.
+
+    Which episodes count is fixed before any ends: replica e's first `quota[e]`, dealt
+    round-robin. Counting the first `num_episodes` to end instead would favour short
+    episodes (a replica would add a second short one before another ends a long one)."""
     actors = Actors(env, policies)
     index = actors.agents
     measures = env.episode_measures()
     obs = env.reset()
     running = torch.zeros((env.num_envs, env.num_agents), device=env.device)
+    quota = torch.full((env.num_envs,), num_episodes // env.num_envs, device=env.device)
+    quota[:num_episodes % env.num_envs] += 1
+    ended = torch.zeros_like(quota)
     returns = {name: [] for name in env.policies}
-    while len(next(iter(returns.values()))) < num_episodes:
+    counted = returns[next(iter(env.policies))]
+    kept = []  # per episode ended, in the order the measures record them: whether it counts
+    while len(counted) < num_episodes:
         actors.act(obs, deterministic=argmax)
         obs, reward, terminated, truncated, _ = env.step()
         running += reward
@@ -75,13 +105,17 @@ def play(env, policies: dict, num_episodes: int, argmax: bool = False) -> dict:
         if measures is not None:
             measures.after_step(done)
         if bool(done.any()):  # evaluation may sync; the training rollout never does
-            rows = running[done]
+            keep = ended[done] < quota[done]
+            ended += done.long()
+            kept += keep.tolist()
+            rows = running[done][keep]
             for name in env.policies:
                 returns[name] += rows[:, index[name]].mean(1).tolist()
             running[done] = 0
-    out = {f"return/{name}": values[:num_episodes] for name, values in returns.items()}
+    out = {f"return/{name}": values for name, values in returns.items()}
     if measures is not None:
-        out.update({key: values[:num_episodes] for key, values in measures.per_episode().items()})
+        out.update({key: [v for v, k in zip(values, kept) if k]
+                    for key, values in measures.per_episode().items()})
     return out
 
 
@@ -103,8 +137,9 @@ def label(trained: tuple, policies) -> str:
 
 
 def evaluate(run_dir, num_episodes: int = 64, num_envs: int | None = None, seed: int = 12345,
-             log=print) -> dict:
-    """Every pairing of the run, summarised (mean, 95% CI) and written to RUN_DIR/eval.json."""
+             log=print, deterministic: bool = False, trained_only: bool = False) -> dict:
+    """Every pairing of the run (`trained_only`: the all-trained one), summarised (mean, 95%
+    CI) and written to RUN_DIR/eval.json; `deterministic`: trained policies act so."""
     run_dir = Path(run_dir)
     cls, config = load_run_dir_config(run_dir)
     backend = "cpu" if config.trainer.backend == "auto" and not torch.cuda.is_available() \
@@ -112,10 +147,13 @@ def evaluate(run_dir, num_episodes: int = 64, num_envs: int | None = None, seed:
     env = cls(num_envs=num_envs or min(config.trainer.num_envs, num_episodes), backend=backend,
               seed=seed, config=config.env)
     models = load_policies(run_dir, env)
+    if deterministic:
+        models = {name: Greedy(model, env.policy_specs[name]) for name, model in models.items()}
     results = {}
+    acting = "deterministic" if deterministic else "sampled"
     log(f"{run_dir.name}: {num_episodes} episodes per pairing, {env.num_envs} replicas, "
-        f"seed {seed}; mean and 95% confidence interval")
-    for trained in pairings(env.policies):
+        f"seed {seed}, {acting} actions; mean and 95% confidence interval")
+    for trained in pairings(env.policies)[:1 if trained_only else None]:
         played = play(env, {name: models[name] for name in trained}, num_episodes)
         summary = {key: dict(zip(("mean", "ci95"), mean_ci(values)))
                    for key, values in played.items()}
@@ -126,7 +164,8 @@ def evaluate(run_dir, num_episodes: int = 64, num_envs: int | None = None, seed:
             log(f"    {key:<28} {value['mean']:10.3f} +- {value['ci95']:.3f}")
     with writing(run_dir / "eval.json"):
         (run_dir / "eval.json").write_text(json.dumps(
-            {"episodes": num_episodes, "seed": seed, "pairings": results}, indent=1))
+            {"episodes": num_episodes, "seed": seed, "deterministic": deterministic,
+             "pairings": results}, indent=1))
     return results
 
 
@@ -137,9 +176,15 @@ def main(argv=None) -> int:
                         help="episodes per pairing (a confidence interval needs two)")
     parser.add_argument("--num_envs", type=int_in(1), help="replicas stepped at once")
     parser.add_argument("--seed", type=int_in(0, 2**64 - 1), default=12345)
+    parser.add_argument("--deterministic", action="store_true",
+                        help="trained policies take their most likely action (random ones "
+                             "stay random)")
+    parser.add_argument("--trained_only", action="store_true",
+                        help="only every policy trained, no random partner or opponent")
     args = parser.parse_args(argv)
     try:
-        evaluate(args.run_dir, args.episodes, args.num_envs, args.seed)
+        evaluate(args.run_dir, args.episodes, args.num_envs, args.seed,
+                 deterministic=args.deterministic, trained_only=args.trained_only)
     except GpusimError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -1,19 +1,23 @@
 """One command that proves the GPU path, writing a Markdown table and JSON.
 
-    python benchmarks/gpu_proof.py --out proof/          # on a GPU: about 9 minutes on an H100
+    python benchmarks/gpu_proof.py --out proof/          # on a GPU: about 8 minutes on an H100
+    python benchmarks/gpu_proof.py --only mission cartpole   # the steps whose names contain these
     python benchmarks/gpu_proof.py --dry-run             # anywhere: every step exists and parses
 
 Steps, each in its own process under its own timeout (a hang or a crash is
-its row, not the end of the proof), each row with its wall time and the
+its row, not the end of the proof; a training step that runs past its time
+reports the last throughput it logged), each row with its wall time and the
 peak GPU memory torch allocated in it:
-- the `gpu`-marked tests;
-- env throughput of every registered env at 1k and 16k replicas on numba and cuda_c
-  (cuda_c where the env has CUDA C kernels);
-- tag_continuous with 1,024 agents per replica (24 taggers + 1,000 runners) on both backends;
-- benchmarks/train_throughput.py at 1,000 replicas: gpusim vs WarpDrive 2.7.1 where it is
-  installed, the default recipe and the auto-scaled one;
-- cartpole's training wall time on the GPU and on 2 CPU cores;
-- PPO (tag_continuous) and SAC (pendulum) with trainer.precision bf16 and fp32.
+- the `gpu`-marked tests (CUDA graphs captured and matching the eager steps among them);
+- benchmarks/train_throughput.py at 1,000 and 4,000 replicas (A2C [256, 256], rollout 100):
+  gpusim with CUDA graphs vs WarpDrive 2.7.1 where it is installed, and the learner limit;
+  `--profile`: launches per env step;
+- the mission's command, `--env tag_continuous --auto_scale`, whole: search, training and
+  evaluation; and the recipe at a fixed sweep of replicas (1k to 16k), to hold the pick against;
+- cartpole's recipe on the GPU and on 2 CPU cores;
+- A2C at 16,000 replicas x rollout 100: it trains, or stops with one error line;
+- (with --only) env throughput of every env, tag_continuous with 1,024 agents per replica,
+  PPO and SAC with bf16 and fp32.
 `--dry-run` checks, without a GPU, that every step's script, env and backend
 exists and that its arguments parse (training commands resolve their whole
 config; scripts are asked for --help and must know every flag given;
@@ -33,6 +37,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine  # noqa: E402
@@ -52,6 +57,7 @@ class Step:
     args: list = field(default_factory=list)
     timeout_s: int = 60
     cores: int | None = None  # pin to this many CPU cores (the 2-core comparison)
+    default: bool = True  # in a run without --only
 
 
 def train(*args, steps: int | None = None) -> list:
@@ -59,22 +65,35 @@ def train(*args, steps: int | None = None) -> list:
 
 
 STEPS = [
-    Step("gpu tests", "pytest", ["-q", "-m", "gpu", *GPU_TEST_FILES], 120),
-    Step("env throughput", "env_throughput", [], 90),
-    Step("tag_continuous 1,024 agents", "tag_1024", [], 40),
-    Step("train throughput vs WarpDrive", "script",
-         ["train_throughput.py", "--num_envs", "1000", "--iterations", "2",
-          "--auto_scale_time_limit", "60"], 200),
+    Step("gpu tests, CUDA graphs", "pytest", ["-q", "-x", "-m", "gpu", "tests/test_gpu.py",
+                                             "-k", "graph"], 90),
+    Step("train throughput vs WarpDrive, 1,000", "script",
+         ["train_throughput.py", "--num_envs", "1000", "--iterations", "3", "--profile",
+          "--eager_too", "--skip", "recipe", "auto_scale"], 130),
+    Step("train throughput, 4,000", "script",
+         ["train_throughput.py", "--num_envs", "4000", "--iterations", "3",
+          "--skip", "warpdrive", "recipe", "auto_scale", "limit"], 60),
+    Step("mission: tag_continuous --auto_scale", "train",
+         ["--env", "tag_continuous", "--auto_scale"], 200),
+    Step("tag_continuous recipe, fixed sweep", "sweep", [], 60),
     Step("cartpole, GPU", "train", train("--env", "cartpole", "--backend", "numba"), 45),
-    Step("cartpole, 2 CPU cores", "train", train("--env", "cartpole", "--backend", "cpu"), 60,
+    Step("cartpole, 2 CPU cores", "train", train("--env", "cartpole", "--backend", "cpu"), 45,
          cores=2),
+    Step("A2C 16,000 x 100", "script",
+         ["train_throughput.py", "--num_envs", "16000", "--iterations", "1",
+          "--skip", "warpdrive", "recipe", "auto_scale", "limit"], 60),
+    Step("gpu tests, all", "pytest", ["-q", "-m", "gpu", *GPU_TEST_FILES], 180, default=False),
+    Step("env throughput", "env_throughput", [], 90, default=False),
+    Step("tag_continuous 1,024 agents", "tag_1024", [], 40, default=False),
     *(Step(f"PPO tag_continuous {p}", "train",
-           train("--env", "tag_continuous", "--set", f"trainer.precision={p}", steps=200_000), 30)
-      for p in ("bf16", "fp32")),
+           train("--env", "tag_continuous", "--set", f"trainer.precision={p}", steps=200_000), 45,
+           default=False) for p in ("bf16", "fp32")),
     *(Step(f"SAC pendulum {p}", "train",
            train("--env", "pendulum", "--algorithm", "sac", "--set", f"trainer.precision={p}",
-                 steps=20_000), 30) for p in ("bf16", "fp32")),
+                 steps=20_000), 45, default=False) for p in ("bf16", "fp32")),
 ]
+SWEEP = (1000, 4000, 16000)
+SWEEP_SECONDS = 2.0
 
 
 # ---- what one step does, in its own process ---------------------------------------------------
@@ -141,20 +160,78 @@ def run_script(args: list, dry: bool) -> list:
 
 
 def run_train(args: list, dry: bool) -> list:
+    """`python -m gpusim.train ARGS` into the step's run folder: its last metrics, what
+    auto-scale picked and why, and the evaluation's pairings."""
     from gpusim.training import cli
-    with tempfile.TemporaryDirectory(prefix="gpu-proof-") as runs:
-        argv = [*args, "--results_dir", runs]
-        if dry:
-            cli.resolve_config(cli.parse_args(argv))
-            return []
-        code = cli.main(argv)
-        if code:
-            raise SystemExit(f"gpusim.train exited {code}")
-        metrics = sorted(Path(runs).rglob("metrics.jsonl"))
-        last = json.loads(metrics[-1].read_text().splitlines()[-1]) if metrics else {}
-    return [{key: value for key, value in last.items()
-             if key in ("env_steps", "time_s", "env_steps_per_s")
-             or key.startswith("episode_return/")}]
+    runs = Path(os.environ.get("GPU_PROOF_RUNS") or tempfile.mkdtemp(prefix="gpu-proof-"))
+    argv = [*args, "--results_dir", str(runs)]
+    if dry:
+        cli.resolve_config(cli.parse_args(argv))
+        return []
+    start = time.perf_counter()
+    code = cli.main(argv)
+    if code:
+        raise SystemExit(f"gpusim.train exited {code}")
+    rows = [dict(last_metrics(runs), command_s=round(time.perf_counter() - start, 1))]
+    for run_dir in runs.iterdir():
+        config = yaml.safe_load((run_dir / "config.yaml").read_text())
+        report = config.get("auto_scale_report")
+        if report:
+            rows.append({k: report.get(k) for k in (
+                "search_s", "num_envs", "rollout_len", "num_minibatches", "total_steps",
+                "baseline_env_steps_per_s", "trial_env_steps_per_s", "speedup_over_config",
+                "final_env_steps_per_s", "compiles", "stopped_because")})
+            rows.append({"trials": [(t["value"], t["seconds"], t["peak_bytes"],
+                                     t["info"].get("env_steps_per_s"))
+                                    for key in ("baseline", "num_envs", "max_minibatch_rows")
+                                    for t in report["trials"].get(key, [])]})
+        if (run_dir / "eval.json").is_file():
+            rows.append({"eval": json.loads((run_dir / "eval.json").read_text())["pairings"]})
+    return rows
+
+
+def last_metrics(runs: Path) -> dict:
+    """The last metrics line any run under `runs` logged (what a step cut short reached)."""
+    metrics = sorted(runs.rglob("metrics.jsonl"))
+    lines = metrics[-1].read_text().splitlines() if metrics else []
+    last = json.loads(lines[-1]) if lines else {}
+    return {key: value for key, value in last.items()
+            if key in ("iteration", "env_steps", "time_s", "env_steps_per_s")
+            or key.startswith("episode_return/") or key.startswith("time_share/")}
+
+
+def run_sweep(dry: bool) -> list:
+    """The tag_continuous recipe at fixed replica counts, as auto-scale's trials measure them
+    (minibatches following the batch), each for SWEEP_SECONDS."""
+    from dataclasses import replace
+    from gpusim.envs import env_class
+    from gpusim.scale.device import DeviceContext
+    from gpusim.training.autoscale import following_batch, measure_training, with_sizes
+    from gpusim.training.config import load_run_config
+    from gpusim.training.loop import Trainer
+    cls = env_class("tag_continuous")
+    backend = "cudasim" if dry else "auto"
+    config = load_run_config("tag_continuous", cls, overrides={"trainer.backend": backend})
+    if dry:
+        return []
+    context = DeviceContext()
+    context.bind(backend, quiet=True)
+    agents = max(len(ids) for ids in cls(1, backend=context.backend).policies.values())
+    rows = []
+    for num_envs in SWEEP:
+        sized = following_batch(with_sizes(config, num_envs=num_envs), config, agents)
+        sized = replace(sized, trainer=replace(sized.trainer, compile="off"))
+        try:
+            measured = measure_training(Trainer(sized, cls, context), seconds=SWEEP_SECONDS)
+        except Exception as exc:  # noqa: BLE001 - a size that does not fit is a row
+            if not context.backend.is_resource_error(exc):
+                raise
+            measured = {"error": str(exc)[:120]}
+        rows.append(dict(num_envs=num_envs, num_minibatches=sized.algo.num_minibatches,
+                         **measured))
+        print(rows[-1], flush=True)
+        torch.cuda.empty_cache()
+    return rows
 
 
 def run_pytest(args: list, dry: bool) -> list:
@@ -166,6 +243,7 @@ def run_pytest(args: list, dry: bool) -> list:
 
 
 RUNNERS = {"pytest": run_pytest, "script": run_script, "train": run_train,
+           "sweep": lambda args, dry: run_sweep(dry),
            "env_throughput": lambda args, dry: run_env_throughput(dry),
            "tag_1024": lambda args, dry: run_tag_1024(dry)}
 
@@ -185,16 +263,22 @@ def run_step(step: Step, dry: bool) -> dict:
 def launch(step: Step, dry: bool, logs: Path) -> dict:
     index = STEPS.index(step)
     result = logs / f"step{index}.json"
+    runs = logs / f"step{index}-runs"
     command = [sys.executable, str(Path(__file__).resolve()), "--step", str(index),
                "--result", str(result)] + (["--dry-run"] if dry else [])
+    env = dict(os.environ, GPU_PROOF_RUNS=str(runs), PYTHONUNBUFFERED="1")
+    start = time.perf_counter()
     with open(logs / f"step{index}.log", "w") as log:
         try:
             run = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT,
-                                 timeout=step.timeout_s, cwd=ROOT)
+                                 timeout=step.timeout_s, cwd=ROOT, env=env)
             status = "ok" if run.returncode == 0 else f"failed (exit {run.returncode})"
         except subprocess.TimeoutExpired:
             status = f"timed out after {step.timeout_s} s"
     outcome = json.loads(result.read_text()) if result.is_file() else {}
+    if not outcome and runs.is_dir():  # cut short: what its training had reached
+        outcome = {"rows": [dict(last_metrics(runs), reached="before the timeout")],
+                   "wall_s": time.perf_counter() - start}
     return dict(step=step.name, status=status, **outcome, log=str(logs / f"step{index}.log"))
 
 
@@ -219,6 +303,9 @@ def main(argv=None) -> int:
                         help="check every step exists and parses its arguments (no GPU needed)")
     parser.add_argument("--out", default="gpu_proof", help="directory for proof.md, proof.json "
                                                             "and each step's log")
+    parser.add_argument("--only", nargs="+", metavar="WORD",
+                        help="run the steps whose names contain one of these words (any step, "
+                             "also those a plain run leaves out)")
     parser.add_argument("--step", type=int, help=argparse.SUPPRESS)  # run one step (internal)
     parser.add_argument("--result", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -232,13 +319,15 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results = []
-    for step in STEPS:
+    chosen = [step for step in STEPS if (any(word in step.name for word in args.only)
+                                         if args.only else step.default or args.dry_run)]
+    for step in chosen:
         results.append(launch(step, args.dry_run, out))
         print(f"{step.name}: {results[-1]['status']}", flush=True)
     table = markdown(results, args.dry_run)
     (out / "proof.md").write_text(table + "\n")
     (out / "proof.json").write_text(json.dumps(
-        dict(machine=machine(), dry_run=args.dry_run, steps=[asdict(s) for s in STEPS],
+        dict(machine=machine(), dry_run=args.dry_run, steps=[asdict(s) for s in chosen],
              results=results), indent=1))
     print(table)
     return 0 if all(r["status"] == "ok" for r in results) else 1

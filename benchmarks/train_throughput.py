@@ -55,10 +55,11 @@ ENV_CONFIG = {"num_taggers": 10, "num_runners": 100}
 HIDDEN = (256, 256)
 
 
-def a2c_config(num_envs: int, rollout_len: int, backend: str):
+def a2c_config(num_envs: int, rollout_len: int, backend: str, graphs: str = "auto"):
     """The side-by-side training config, as gpusim's run config."""
     return load_run_config(ENV, env_class(ENV), overrides={
         "trainer.backend": backend, "trainer.algorithm": "a2c", "trainer.update_epochs": 1,
+        "trainer.cuda_graphs": graphs,
         "trainer.num_minibatches": 1, "trainer.num_envs": num_envs,
         "trainer.rollout_len": rollout_len, "trainer.gamma": 0.98,
         "policy.hidden_sizes": list(HIDDEN), "policy.activation": "relu",
@@ -239,6 +240,8 @@ def main(argv=None) -> int:
     parser.add_argument("--profile", action="store_true",
                         help="per gpusim row, launches per env step and the top kernels, "
                              "per phase (one more iteration, under torch.profiler)")
+    parser.add_argument("--eager_too", action="store_true",
+                        help="on a GPU, also each size with trainer.cuda_graphs off")
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args(argv)
 
@@ -264,6 +267,10 @@ def main(argv=None) -> int:
         rows.append(gpusim_row("a2c", a2c_config(num_envs, args.rollout_len, args.backend),
                                context, args.iterations, args.profile))
         show(rows[-1], limit, gpu)
+        if args.eager_too and gpu:
+            rows.append(gpusim_row("a2c, no CUDA graphs", a2c_config(
+                num_envs, args.rollout_len, args.backend, "off"), context, args.iterations))
+            show(rows[-1], limit, gpu)
         if "warpdrive" not in args.skip and why_no_warpdrive is None:
             rows.append(warpdrive_row(num_envs, args.rollout_len, args.iterations))
             print_row(rows[-1], limit)

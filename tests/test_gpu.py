@@ -108,6 +108,7 @@ def test_graphed_training_captures_and_matches_eager(env, overrides):
     stats = []
     for graphs in ("on", "off"):
         trainer = graph_trainer(env, graphs, **overrides)
+        trainer.algorithm.static_steps = True  # the eager run takes the same (static) steps
         torch.manual_seed(0)
         stats.append([trainer.iterate(1e-3) for _ in range(4)])
         if graphs == "on":
@@ -135,7 +136,7 @@ def test_graphed_rollout_launches_once():
     with torch.profiler.profile(activities=activities) as prof:
         trainer.algorithm.collect(0)
         torch.cuda.synchronize()
-    names = [e.name for e in prof.events()]
-    launches = [n for n in names if n in ("cudaLaunchKernel", "cuLaunchKernel",
-                                          "cuLaunchKernelEx", "cudaLaunchKernelExC")]
-    assert "cudaGraphLaunch" in names and not launches, launches[:5]
+    names = [e.name for e in prof.events()]  # CUPTI may add a version suffix (_v10000)
+    launches = [n for n in names if n.startswith(("cudaLaunchKernel", "cuLaunchKernel"))]
+    assert any(n.startswith(("cudaGraphLaunch", "cuGraphLaunch")) for n in names)
+    assert not launches, launches[:5]

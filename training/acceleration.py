@@ -72,12 +72,15 @@ def adam(params, lr: float, eps: float = 1e-8, capturable_on=None) -> torch.opti
                             fused=True, capturable=True)
 
 
-def compile_enabled(choice: str, device: torch.device, pays_on_cpu: bool = False) -> bool:
-    """`auto`: compile on CUDA GPUs, and on the CPU where the learner says compiling pays
-    for itself there (`pays_on_cpu`: a long off-policy run; elsewhere compiling costs
-    more than it gains, docs/benchmarks.md, "compiled learner")."""
+def compile_enabled(choice: str, device: torch.device, pays_on_cpu: bool = False,
+                    graphs: bool = False) -> bool:
+    """`auto`: compile on CUDA GPUs where the steps are not replayed as CUDA graphs (which
+    already take away the launches compiling would fuse, without a first compile of tens
+    of seconds), and on the CPU where the learner says compiling pays for itself there
+    (`pays_on_cpu`: a long run; elsewhere compiling costs more than it gains,
+    docs/benchmarks.md, "compiled learner")."""
     if choice == "auto":
-        return device.type == "cuda" or pays_on_cpu
+        return (device.type == "cuda" and not graphs) or pays_on_cpu
     return choice == "on"
 
 

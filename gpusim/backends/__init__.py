@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import warnings
 
 from gpusim.backends.base import (Backend, Kernel, is_resource_error, kernels_built,
                                   set_build_once, set_compile_reporter)
@@ -28,6 +29,11 @@ _BACKEND_CLASSES = {  # name -> "module:class"; each class checks that it can ru
     "pycuda": "gpusim.backends.cuda_c_backend:CudaCBackend",  # the same backend, its old name
 }
 BACKEND_NAMES = ("auto", *_BACKEND_CLASSES)
+
+# One block per replica: numba-cuda warns at every launch of fewer than 128 blocks (a small
+# run, the probe kernel), which tells a user of gpusim nothing to act on.
+warnings.filterwarnings("ignore", message=r"Grid size \d+ will likely result in GPU "
+                        "under-utilization")
 
 
 def cuda_works() -> tuple[bool, str]:

@@ -43,7 +43,7 @@ class Algorithm:
         self.precision = resolve_precision(config.trainer.precision, env.device,
                                            self.use_graphs)
         self.use_compile = compile_enabled(config.trainer.compile, env.device,
-                                           self.compiling_pays_on_cpu())
+                                           self.compiling_pays_on_cpu(), self.use_graphs)
         if self.use_compile:
             use_disk_cache()
         # Rollout-sized forwards compile only on a GPU: on the CPU a compiled call costs

@@ -19,10 +19,11 @@ the first did not, and the pick alone compiles, once, when it trains.
 The pick is never slower than the baseline: a search that found nothing
 faster keeps the config, and says why it stopped.
 A larger batch follows the recipe's learning settings (`PPOConfig.for_batch`):
-minibatches keep at most `scale.minibatch_rows` rows, more of them. And the
-run keeps the recipe's training time rather than its step budget:
-`total_steps` grows by the speed-up (unless it was given on the command
-line), so a faster run learns from more steps in the same time.
+the same gradient steps per iteration on larger minibatches, up to
+`scale.minibatch_rows` rows (then more of them). And the run keeps the
+recipe's iterations rather than its step budget: `total_steps` grows with
+the batch (unless it was given on the command line), so the run updates its
+policies as often as the recipe, each time from more experience.
 Objective `memory`: the largest `num_envs` for which building the env, a
 reset and a few steps fit in `env_share` of the usable memory, then the
 largest `rollout_len` for which a full iteration fits (if that is shorter
@@ -220,7 +221,8 @@ class AutoScale:
         self.agents = max(len(ids) for ids in env.policies.values())
         time_limit = env.time_limit
         del env
-        config = self.fastest(time_limit) if scale.objective == "throughput" else self.largest()
+        config = self.budgeted(self.fastest(time_limit) if scale.objective == "throughput"
+                               else self.largest())
         t, algo = config.trainer, config.algo
         self.report.update(num_envs=t.num_envs, rollout_len=t.rollout_len,
                            max_minibatch_rows=algo.max_minibatch_rows,
@@ -282,7 +284,7 @@ class AutoScale:
         self.report.update(num_envs_rank0_pick=outcome.pick, stopped_because=why,
                            baseline_env_steps_per_s=base_rate)
         self.speedup(base_rate, rate, why)
-        return self.budgeted(picked, base_rate, rate)
+        return picked
 
     def minibatch_rows(self, config: RunConfig):
         """The trial of larger minibatch chunks, where minibatches exceed the configured chunk.
@@ -315,17 +317,19 @@ class AutoScale:
             self.report["why_not_faster"] = why
             self.say(f"below {HEADLINE_SPEEDUP}x the config because the search stopped: {why}")
 
-    def budgeted(self, config: RunConfig, base_rate: float, rate: float) -> RunConfig:
-        """The run keeps the config's training time, not its step budget: `total_steps`
-        grows by the speed-up, unless the user gave it."""
-        t = config.trainer
-        if self.keep_total_steps or rate <= base_rate:
+    def budgeted(self, config: RunConfig) -> RunConfig:
+        """The run keeps the config's iterations, not its step budget: `total_steps` grows
+        with the batch, unless the user gave it. (Keeping its training time instead was
+        measured to learn nothing on an H200: 49 iterations where the recipe has 781.)"""
+        t, given = config.trainer, self.config.trainer
+        iterations = given.num_iterations(self.context.world_size)
+        total = iterations * t.steps_per_iteration * self.context.world_size
+        if self.keep_total_steps or total <= given.total_steps:
             return config
-        total = int(t.total_steps * rate / base_rate)
-        self.report["total_steps_config"] = t.total_steps
-        self.say(f"total_steps {t.total_steps:,} -> {total:,}: the config's training time "
-                 f"(about {t.total_steps / base_rate:,.0f} s at its measured speed) at the "
-                 "pick's speed (--total_steps keeps a budget of steps)")
+        self.report["total_steps_config"] = given.total_steps
+        self.say(f"total_steps {given.total_steps:,} -> {total:,}: the config's {iterations:,} "
+                 f"iterations of {t.steps_per_iteration:,} env steps (--total_steps keeps a "
+                 "budget of steps)")
         return replace(config, trainer=replace(t, total_steps=total))
 
     # ---- objective: memory -----------------------------------------------------------

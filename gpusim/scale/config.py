@@ -21,9 +21,9 @@ class ScaleConfig:
     growth: int = 4                  # throughput: each step of the num_envs search multiplies
                                      # it by this, from the config's; then the last bracket
                                      # is refined at its geometric midpoint
-    minibatch_rows: int = 65536      # throughput, PPO: as num_envs grows, minibatches grow to
-                                     # at most this many rows (or the config's, if more);
-                                     # beyond it, the number of minibatches grows
+    minibatch_rows: int = 1048576    # PPO: as num_envs grows, minibatches (and their chunks)
+                                     # grow to at most this many rows (or the config's, if
+                                     # more); beyond it, the number of minibatches grows
     memory_budget: str | None = None  # per process, e.g. "2GiB" (default: free GPU memory,
                                       # or cpu_memory_fraction of free RAM)
     cpu_memory_fraction: float = 0.5  # default CPU budget: this share of free RAM
@@ -32,7 +32,7 @@ class ScaleConfig:
     max_rollout_len: int = 1024      # the largest rollout_len a search tries
     min_rollout_len: int = 32        # the learning floor (GAE needs a horizon), capped at the
                                      # env's time limit; memory: halve num_envs until it fits
-    trial_seconds: float = 1.5       # throughput: each trial trains this long, timed, after
+    trial_seconds: float = 1.0       # throughput: each trial trains this long, timed, after
                                      # its warm-up (at least one iteration)
     env_share: float = 0.25          # memory: the share the replica search may fill; the
                                      # rest is left for the training batch

@@ -81,11 +81,13 @@ class PPOConfig:
 
     def for_batch(self, rows: int, config_rows: int, max_rows: int) -> "PPOConfig":
         """This config for `rows` rows per rollout where it was written for `config_rows`
-        (auto-scale's pick): a minibatch grows with the batch up to `max_rows` rows (or the
-        config's own, if more), then the minibatches grow in number, so a larger batch
-        gives more gradient steps rather than ever larger ones."""
+        (auto-scale's pick): the recipe's gradient steps per iteration, each on a larger
+        minibatch, up to `max_rows` rows (or the config's own, if more), beyond which the
+        minibatches grow in number; a minibatch stays one chunk (`max_minibatch_rows`)."""
         per_minibatch = max(max_rows, -(-config_rows // self.num_minibatches))
-        return replace(self, num_minibatches=max(self.num_minibatches, -(-rows // per_minibatch)))
+        minibatches = max(self.num_minibatches, -(-rows // per_minibatch))
+        chunk = max(self.max_minibatch_rows, min(-(-rows // minibatches), max_rows))
+        return replace(self, num_minibatches=minibatches, max_minibatch_rows=chunk)
 
 
 @dataclass(frozen=True)

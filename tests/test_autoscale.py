@@ -82,6 +82,15 @@ def test_fastest_steps_geometrically_then_refines_the_last_bracket():
     assert "gained" in out.why and "less than" in out.why
 
 
+def test_fastest_refines_a_bracket_only_where_its_step_paid_something():
+    # 16 -> 64 gains 8%: less than the 10% two doublings should, more than one's 5%
+    out = fastest(lambda n: {16: 100.0, 64: 108.0, 32: 106.0}[n], cap=64, saturation=0.05,
+                  start=16)
+    assert sorted(out.rates) == [16, 32, 64] and out.pick == 32
+    out = fastest(lambda n: {16: 100.0, 64: 102.0}[n], cap=64, saturation=0.05, start=16)
+    assert sorted(out.rates) == [16, 64] and out.pick == 16  # +2%: no midpoint
+
+
 def test_fastest_never_goes_below_its_start():
     out = fastest(lambda n: 100.0 / n, cap=4096, saturation=0.05, start=16)
     assert out.pick == 16 and min(out.rates) == 16

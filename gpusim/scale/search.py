@@ -105,8 +105,8 @@ def fastest(throughput, cap: int, saturation: float, start: int = 1,
     least `saturation` per doubling (prorated: `saturation * log2(step)`), never
     past `bound()` (the largest value the memory measured so far allows; None:
     no bound) nor `cap`. Then refine the last bracket [lo, hi] at its geometric
-    midpoint while it is wider than a factor `1 + resolution`, unless `hi` was
-    no faster than `lo` at all (a lost step: its midpoint is not worth a trial).
+    midpoint while it is wider than a factor `1 + resolution`, unless `hi` gained
+    less over `lo` than one doubling should (its midpoint is not worth a trial).
     Larger values that gain less are not worth their memory and their larger
     (staler) batches.
     """
@@ -142,8 +142,8 @@ def fastest(throughput, cap: int, saturation: float, start: int = 1,
         else:
             hi = value
             why = _stop_reason(value, lo, rates, saturation)
-    if hi is not None and rates[hi] is not None and rates[hi] <= rates[lo]:
-        hi = None  # the step lost throughput: no midpoint is likely to pay either
+    if hi is not None and rates[hi] is not None and gain(hi, lo) < saturation:
+        hi = None  # the whole step gained less than one doubling should: its midpoint too
     while hi is not None and hi > lo * (1 + resolution) and not clock.out_of_time():
         value = max(lo + 1, min(hi - 1, round(math.sqrt(lo * hi))))
         if pays(value, lo):

@@ -145,7 +145,9 @@ def _coerce(key, hint, value):
     if origin is typing.Union or origin is types.UnionType:
         if value is None and type(None) in args:
             return None
-        (hint,) = [a for a in args if a is not type(None)]
+        if isinstance(value, dict) and dict in args:  # a mapping its dataclass checks
+            return dict(value)
+        (hint,) = [a for a in args if a not in (type(None), dict)]
         return _coerce(key, hint, value)
     if origin in (list, tuple):
         if not isinstance(value, (list, tuple)):

@@ -20,6 +20,7 @@ from gpusim.config import field_help, from_dict, load_yaml, require, to_dict
 from gpusim.errors import ConfigError
 from gpusim.scale.config import ScaleConfig
 
+from . import population
 from .acceleration import COMPILE_MODES, PRECISIONS
 from .graphs import MODES as GRAPH_MODES
 
@@ -57,6 +58,10 @@ class TrainerConfig:
                                         # last 100 finished episodes reaches this
     torch_threads: int = 0         # CPU: the learner's threads (0: all the process's cores);
                                    # numba's env kernels get the rest (gpusim.scale.device)
+    population: int | dict = 1     # ppo/a2c: members trained side by side in one process: a
+                                   # number of seeds (seed, seed + 1, ...), or a sweep
+                                   # {lr: [3e-4, 1e-3], ent_coef: [0.0, 0.01]} (training.population)
+    seeds_per_setting: int = 1     # with a sweep: seeds per combination of its values
 
     def check(self):
         require(self.algorithm in algorithm_names(), "trainer.algorithm",
@@ -76,6 +81,10 @@ class TrainerConfig:
         require(self.reward_scale > 0, "trainer.reward_scale", "must be positive")
         require(0 <= self.gamma <= 1, "trainer.gamma", "must lie in [0, 1]")
         require(self.torch_threads >= 0, "trainer.torch_threads", "must be >= 0")
+        require(self.seeds_per_setting >= 1, "trainer.seeds_per_setting", "must be at least 1")
+        require(isinstance(self.population, dict) or self.seeds_per_setting == 1,
+                "trainer.seeds_per_setting", "applies to a sweep (trainer.population: a "
+                "mapping of settings to lists); for seeds alone give trainer.population: N")
 
     @property
     def steps_per_iteration(self) -> int:
@@ -200,6 +209,7 @@ def split_trainer_section(data: dict) -> tuple:
                         section="trainer")
     algo = from_dict(own, {k: v for k, v in data.items() if k in own_keys}, section="trainer")
     algo.check_run(trainer)
+    population.check(trainer, algo)
     return trainer, algo
 
 

@@ -12,9 +12,11 @@ class EpisodeTracker:
     `finished` reads the rollout's finished episodes to the host, once.
     """
 
-    def __init__(self, env, rollout_len: int, agents: dict):
-        """`agents`: policy name -> its agents (a slice or an index tensor)."""
+    def __init__(self, env, rollout_len: int, agents: dict, members: int = 1):
+        """`agents`: policy name -> its agents (a slice or an index tensor); `members`: a
+        population's, whose replicas lie side by side (member k's the k-th share)."""
         self.agents = agents
+        self.members = members
         self.running = torch.zeros((env.num_envs, env.num_agents), device=env.device)
         self.dones = torch.zeros((rollout_len, env.num_envs), dtype=torch.bool, device=env.device)
         self.returns = torch.zeros((rollout_len, len(agents), env.num_envs), device=env.device)
@@ -34,7 +36,13 @@ class EpisodeTracker:
         self.running.masked_fill_(done[:, None], 0.0)
 
     def finished(self) -> dict:
-        """One host read: per policy, the returns of the episodes that ended in the rollout."""
+        """One host read: per policy, the returns of the episodes that ended in the rollout
+        (of a population: per policy and member, "policy/m3")."""
         dones = self.dones.cpu()
         returns = self.returns.cpu()
-        return {name: returns[:, k][dones].tolist() for k, name in enumerate(self.agents)}
+        if self.members == 1:
+            return {name: returns[:, k][dones].tolist() for k, name in enumerate(self.agents)}
+        share = dones.shape[1] // self.members
+        return {f"{name}/m{m}": returns[:, k, m * share:(m + 1) * share][
+                    dones[:, m * share:(m + 1) * share]].tolist()
+                for k, name in enumerate(self.agents) for m in range(self.members)}

@@ -31,7 +31,9 @@ from gpusim.errors import GpusimError, describe
 from gpusim.scale import distributed as dist
 from gpusim.scale.device import DeviceContext
 
+from . import population
 from .algorithms import algorithm_class
+from .algorithms.population import populated
 from .config import RunConfig
 from .timing import SectionTimer
 from .work import run_work
@@ -102,10 +104,16 @@ class Trainer:
         self.distributed = context.world_size > 1
         self.rank = context.rank
         self.world_size = context.world_size
-        self.env = env_class(num_envs=t.num_envs, backend=context.backend, seed=t.seed,
-                             config=config.env, env_offset=context.replica_offset(t.num_envs))
+        members = population.members(t)
+        self.env = env_class(num_envs=t.num_envs * len(members), backend=context.backend,
+                             seed=t.seed, config=config.env,
+                             env_offset=context.replica_offset(t.num_envs))
+        if len(members) > 1:
+            seed_members(self.env, members, t.num_envs)
         self.timer = SectionTimer(self.env.device)
-        self.algorithm = algorithm_class(t.algorithm)(config, self.env, context, self.timer)
+        cls = algorithm_class(t.algorithm)
+        cls = populated(cls) if len(members) > 1 else cls
+        self.algorithm = cls(config, self.env, context, self.timer)
         context.fit_threads(run_work(config, self.env))
         self.logger = logger
         self.steps_per_iteration = t.steps_per_iteration * self.world_size  # all ranks
@@ -118,7 +126,7 @@ class Trainer:
         self.last_lr = t.lr
         self.env.reset()
         self.recent = {name: collections.deque(maxlen=RECENT_EPISODES)
-                       for name in self.env.policy_specs}
+                       for name in self.algorithm.reported_names()}
         self.episodes = 0
 
     def attach_logger(self, logger):
@@ -321,6 +329,15 @@ class Trainer:
             # extended (or shortened) with --total_steps: anneal on from the rate its
             # last iteration used
             self.lr_anchor = (self.iteration, state["lr"])
+
+
+def seed_members(env, members: list, per_member: int):
+    """Each population member's replicas get the RNG streams a solo run of its seed has."""
+    from gpusim import rng
+    streams = env.arrays["rng_state"]
+    for k, member in enumerate(members):
+        streams[k * per_member:(k + 1) * per_member].copy_(
+            rng.seed_streams(per_member, env.num_agents, member.seed, device=streams.device))
 
 
 def _to_cpu(value):

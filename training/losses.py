@@ -55,3 +55,21 @@ def approx_kl(new_log_prob, old_log_prob, weights=None):
     """The low-variance KL estimator ((r - 1) - log r)."""
     log_ratio = new_log_prob - old_log_prob
     return weighted_mean((log_ratio.exp() - 1) - log_ratio, weights)
+
+
+def ppo_objective(new, old_log_prob, old_value, advantages, returns, weights, clip_coef,
+                  clip_vloss: bool, ent_coef, vf_coef):
+    """(detached statistics: policy loss, value loss, entropy, approx KL, clip fraction;
+    the loss to minimise) of PPO, from the training pass's `new` (log-prob, entropy,
+    value). The coefficients may be tensors (a population member's, under vmap)."""
+    new_log_prob, entropy, new_value = new
+    pg_loss, clip_fraction = policy_loss(new_log_prob, old_log_prob, advantages, clip_coef,
+                                         weights)
+    v_loss = value_loss(new_value, old_value, returns, clip_coef if clip_vloss else None,
+                        weights)
+    entropy = weighted_mean(entropy, weights)
+    loss = pg_loss - ent_coef * entropy + vf_coef * v_loss
+    with torch.no_grad():
+        stats = torch.stack([pg_loss, v_loss, entropy,
+                             approx_kl(new_log_prob, old_log_prob, weights), clip_fraction])
+    return stats, loss

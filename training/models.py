@@ -31,6 +31,7 @@ SIGMOID_TANH_MIN_ELEMENTS_GRAD = 65536
 
 class _SigmoidTanh(torch.autograd.Function):
     """tanh as 2 sigmoid(2x) - 1, with tanh's own backward on the output."""
+    generate_vmap_rule = True  # a population's members run it under torch.func.vmap
 
     @staticmethod
     def forward(x):
@@ -57,10 +58,13 @@ def tanh(x):
     (tests/test_fused.py)."""
     if torch.compiler.is_compiling():
         return 1 - 2 / (torch.exp(2 * x) + 1)
-    smallest = SIGMOID_TANH_MIN_ELEMENTS_GRAD if x.requires_grad else SIGMOID_TANH_MIN_ELEMENTS
+    # where gradients are recorded the output is kept for the backward: no in-place form
+    # (asked of the mode, not of `x`: under vmap a batched `x` does not say it needs them)
+    grad = torch.is_grad_enabled()
+    smallest = SIGMOID_TANH_MIN_ELEMENTS_GRAD if grad else SIGMOID_TANH_MIN_ELEMENTS
     if x.device.type != "cpu" or x.numel() < smallest:
         return torch.tanh(x)
-    return _SigmoidTanh.apply(x) if x.requires_grad else _sigmoid_tanh(x)
+    return _SigmoidTanh.apply(x) if grad else _sigmoid_tanh(x)
 
 
 class Tanh(nn.Module):
@@ -224,11 +228,14 @@ class GaussianActorCritic(nn.Module):
         """log-density of the env's action center + half_range * tanh(raw)."""
         return tanh_gaussian_log_prob(mean, log_std, raw) - torch.log(self.half_range).sum()
 
-    def sample(self, obs: torch.Tensor, deterministic: bool = False):
+    def sample(self, obs: torch.Tensor, deterministic: bool = False, noise=None):
         """Acting (training.actors): (raw action, its log-prob, the env's action
-        `squash(raw)`). Deterministic: the mean."""
+        `squash(raw)`). Deterministic: the mean. `noise`: the standard normal draws to use
+        (default: drawn here from torch's generator)."""
         mean, log_std = self.distribution(obs)
-        raw = mean if deterministic else mean + log_std.exp() * torch.randn_like(mean)
+        if not deterministic and noise is None:
+            noise = torch.randn_like(mean)
+        raw = mean if deterministic else mean + log_std.exp() * noise
         return raw, self.log_prob(mean, log_std, raw), self.squash(raw)
 
     def forward(self, obs, actions, mask=None, critic_obs=None):

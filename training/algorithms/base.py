@@ -94,6 +94,11 @@ class Algorithm:
     def update(self, lr: float) -> dict:
         raise NotImplementedError
 
+    def reported_names(self) -> list:
+        """The names the loop keeps episode returns and statistics under: the policies (a
+        population: each policy of each member)."""
+        return list(self.env.policy_specs)
+
     def warming_up(self) -> bool:
         """Whether the next iteration still prepares the steady one (captures a CUDA graph):
         timing starts after it."""

@@ -242,6 +242,7 @@ class PPO(Algorithm):
     stats = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
     auto_scales = True
     captures_graphs = True
+    populates = True  # trainer.population (training.algorithms.population)
 
     def __init__(self, config, env, context, timer):
         super().__init__(config, env, context, timer)
@@ -456,6 +457,10 @@ class PPO(Algorithm):
             self.set_lr(g.optimizer, lr)
             if self.static_steps:
                 self._draw_orders(g)
+        return self._statistics()
+
+    def _statistics(self) -> dict:
+        """The update run (eagerly, or its graph replayed), and its statistics per policy."""
         self.update_graph()
         return {g.name: dict(zip(self.stats, values))
                 for g, values in zip(self.groups, self.update_stats.tolist())}
@@ -495,21 +500,29 @@ class PPO(Algorithm):
             next_value = self.values(g, self.next_obs, state, self.actors.memory.get(g.name))
             advantages, returns = losses.gae(buf.rewards, buf.values, buf.dones,
                                              next_value.float(), self.config.trainer.gamma,
-                                             cfg.gae_lambda)
+                                             self._gae_lambda())
         advantages, returns = advantages.reshape(-1), returns.reshape(-1)
         minibatch = units.shape[0] // cfg.num_minibatches
-        stats = torch.zeros(len(self.stats), device=advantages.device)
         if minibatch == 0:  # fewer sequences than minibatches: nothing to split
             raise GpusimError(f"policy {g.name!r} has {units.shape[0]} sequences per rollout, "
                               f"fewer than trainer.num_minibatches ({cfg.num_minibatches})")
+        stats = 0.0
         for epoch in range(cfg.update_epochs):
             order = self.orders[g.name][epoch] if self.static_steps \
                 else self._shuffled(units.shape[0])
             for first in range(0, minibatch * cfg.num_minibatches, minibatch):
-                rows = units[order[first:first + minibatch]]
-                stats += self._minibatch_step(g, rows if self.bptt_len else rows[:, 0],
-                                              advantages, returns, weights)
+                rows = self._minibatch_rows(units, order[first:first + minibatch])
+                stats = stats + self._minibatch_step(g, rows, advantages, returns, weights)
         return stats / (cfg.update_epochs * cfg.num_minibatches)
+
+    def _gae_lambda(self):
+        return self.cfg.gae_lambda
+
+    def _minibatch_rows(self, units: torch.Tensor, picked: torch.Tensor) -> torch.Tensor:
+        """The buffer rows of the units `picked` (positions in `units`): flat, or (sequences,
+        steps) of a recurrent policy."""
+        rows = units[picked]
+        return rows if self.bptt_len else rows[:, 0]
 
     def _units(self, buf: PolicyBuffer) -> tuple:
         """What minibatches are made of, as (units, steps) flat row indices: every row
@@ -615,20 +628,10 @@ class PPO(Algorithm):
         `forward`: the training pass (default: the policy's own)."""
         cfg = self.cfg
         with self.precision.autocast():
-            new_log_prob, entropy, new_value = (forward or g.forward)(
-                *self._forward_inputs(g, batch["index"]))
-        old_log_prob = batch["log_probs"]
-        pg_loss, clip_fraction = losses.policy_loss(new_log_prob, old_log_prob, adv,
-                                                    cfg.clip_coef, weights)
-        v_loss = losses.value_loss(new_value, batch["values"], returns,
-                                   cfg.clip_coef if cfg.clip_vloss else None, weights)
-        entropy = losses.weighted_mean(entropy, weights)
-        loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
-        with torch.no_grad():
-            stats = torch.stack([pg_loss, v_loss, entropy,
-                                 losses.approx_kl(new_log_prob, old_log_prob, weights),
-                                 clip_fraction])
-        return stats, loss
+            new = (forward or g.forward)(*self._forward_inputs(g, batch["index"]))
+        return losses.ppo_objective(new, batch["log_probs"], batch["values"], adv, returns,
+                                    weights, cfg.clip_coef, cfg.clip_vloss, cfg.ent_coef,
+                                    cfg.vf_coef)
 
     # ---- checkpoints -----------------------------------------------------------------
     def models(self) -> dict:

@@ -1,0 +1,172 @@
+"""Populations (`trainer.population`): each member trains as the solo run it stands for, a
+member that diverges stops alone, checkpoints hold every member, and the statistics across
+seeds are those of their formulas."""
+import json
+import math
+
+import pytest
+import torch
+
+from gpusim.envs import env_class
+from gpusim.errors import GpusimError
+from gpusim.training import population
+from gpusim.training.config import load_run_config
+from gpusim.training.loop import Trainer
+
+TAG = {"env.num_taggers": 2, "env.num_runners": 3, "env.num_other_agents_observed": 3}
+
+
+def config(env, **overrides):
+    return load_run_config(env, env_class(env), overrides={
+        "trainer.backend": "cpu", "trainer.num_envs": 4, "trainer.rollout_len": 16,
+        "trainer.total_steps": 10**6, "trainer.target_return": None,
+        "trainer.torch_threads": 1, "trainer.compile": "off", **overrides})
+
+
+def iterations(trainer, count):
+    """Each iteration's statistics and finished episodes' returns."""
+    out = []
+    for _ in range(count):
+        stats = trainer.iterate(1e-3)
+        out.append((stats, trainer.algorithm.episodes.finished()))
+    return out
+
+
+def solo(env, seed, count, **overrides):
+    """A solo run, alone in the process as it would be (its exploration noise comes from
+    torch's own generator, which another run's seeding would move)."""
+    trainer = Trainer(config(env, **{"trainer.seed": seed, **overrides}), env_class(env))
+    trainer.algorithm.static_steps = True  # as a population's steps are
+    return iterations(trainer, count)
+
+
+def assert_member_is_solo(got, want, name, member):
+    for (stats, returns), (solo_stats, solo_returns) in zip(got, want):
+        for policy, values in solo_stats.items():
+            mine = stats[f"{policy}/{member}"]
+            for key, value in values.items():
+                assert mine[key] == pytest.approx(value, rel=1e-4, abs=1e-6), (name, key)
+            assert returns[f"{policy}/{member}"] == pytest.approx(solo_returns[policy],
+                                                                 rel=1e-5)
+
+
+CASES = {
+    "ppo, discrete": ("cartpole", {}),
+    "ppo, Box actions": ("pendulum", {}),
+    "ppo, per-agent done, two policies": ("tag_continuous", TAG),
+    "a2c, central critic": ("tag_gridworld", {"policy.critic": "central",
+                                              "trainer.algorithm": "a2c",
+                                              "trainer.update_epochs": 1,
+                                              "trainer.num_minibatches": 1}),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_each_member_trains_as_its_solo_run(case):
+    env, overrides = CASES[case]
+    got = iterations(Trainer(config(env, **{"trainer.population": 2, **overrides}),
+                             env_class(env)), 3)
+    for k in range(2):
+        assert_member_is_solo(got, solo(env, k, 3, **overrides), case, f"m{k}")
+
+
+def test_a_sweep_member_trains_as_the_solo_run_of_its_setting():
+    sweep = {"trainer.population": {"lr": [1e-3, 3e-3], "ent_coef": [0.0, 0.05]},
+             "trainer.seeds_per_setting": 2}
+    trainer = Trainer(config("cartpole", **sweep), env_class("cartpole"))
+    members = trainer.algorithm.members
+    assert len(members) == 8 and [m.seed for m in members[:4]] == [0, 1, 0, 1]
+    picked = next(m for m in members if m.settings == {"lr": 3e-3, "ent_coef": 0.05}
+                  and m.seed == 1)
+    got = []
+    for _ in range(2):  # the loop's rate is trainer.lr; a member's scales with it
+        stats = trainer.iterate(trainer.config.trainer.lr)
+        got.append((stats, trainer.algorithm.episodes.finished()))
+    lone = Trainer(config("cartpole", **{"trainer.seed": 1, "trainer.lr": 3e-3,
+                                         "trainer.ent_coef": 0.05}), env_class("cartpole"))
+    lone.algorithm.static_steps = True
+    want = []
+    for _ in range(2):
+        want.append((lone.iterate(3e-3), lone.algorithm.episodes.finished()))
+    assert_member_is_solo(got, want, "sweep", picked.name)
+
+
+def test_a_diverging_member_is_frozen_and_the_others_go_on(capsys):
+    trainer = Trainer(config("cartpole", **{"trainer.population": 3}), env_class("cartpole"))
+    trainer.iterate(1e-3)
+    group = trainer.algorithm.groups[0]
+    with torch.no_grad():  # member 1's next Adam step takes the root of a negative moment
+        for moment in group.optimizer.exp_avg_sq:
+            moment[1].fill_(-1.0)
+    before = [p[1].clone() for p in group.model.parameters()]
+    stats = trainer.iterate(1e-3)
+    assert trainer.algorithm.alive == [True, False, True]
+    assert set(stats) == {"agent/m0", "agent/m2"}
+    assert "member m1 (seed 1, seeds) diverged" in capsys.readouterr().err
+    for param, saved in zip(group.model.parameters(), before):  # put back, then frozen
+        assert torch.equal(param[1], saved)
+    trainer._check_finite(stats)  # the loop goes on, every parameter finite
+    others = [p[0].clone() for p in group.model.parameters()]
+    trainer.iterate(1e-3)
+    assert all(torch.equal(p[1], f) for p, f in zip(group.model.parameters(), before))
+    assert not all(torch.equal(p[0], f) for p, f in zip(group.model.parameters(), others))
+    with torch.no_grad():
+        for moment in group.optimizer.exp_avg_sq:
+            moment[0].fill_(-1.0)
+            moment[2].fill_(-1.0)
+    with pytest.raises(GpusimError, match="every member of the population diverged"):
+        trainer.iterate(1e-3)
+
+
+def test_a_population_checkpoints_and_resumes_every_member(tmp_path):
+    from gpusim import train
+    common = ["--env", "cartpole", "--backend", "cpu", "--quiet", "--set",
+              "trainer.population=3", "--set", "trainer.num_envs=4", "--set",
+              "trainer.rollout_len=16", "--set", "trainer.target_return=null",
+              "--set", "trainer.checkpoint_every=2", "--set", "trainer.anneal_lr=false"]
+    full, part = tmp_path / "full", tmp_path / "part"
+    assert train.main(common + ["--total_steps", str(64 * 6), "--results_dir", str(full)]) == 0
+    assert train.main(common + ["--total_steps", str(64 * 4), "--results_dir", str(part)]) == 0
+    (part_dir,), (full_dir,) = part.iterdir(), full.iterdir()
+    assert train.main(["--resume", str(part_dir), "--total_steps", str(64 * 6), "--quiet"]) == 0
+
+    def metrics(run_dir):
+        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in r.items() if k.startswith(("episode_return/", "value_loss/"))}
+                for r in rows]
+    got, want = metrics(part_dir), metrics(full_dir)
+    assert got == want and "value_loss/agent/m2" in want[-1]
+
+
+@pytest.mark.parametrize("overrides,message", [
+    ({"trainer.population": {"hidden_sizes": [8]}}, "cannot differ between members"),
+    ({"trainer.population": {"lr": [1e-3, -1.0]}}, "'trainer.population.lr' holds -1.0"),
+    ({"trainer.population": 0}, "must be at least 1"),
+    ({"trainer.population": 2, "trainer.seeds_per_setting": 2}, "applies to a sweep"),
+])
+def test_a_population_no_batched_run_can_train_is_refused(overrides, message):
+    with pytest.raises(GpusimError, match=message):
+        config("cartpole", **overrides)
+
+
+def test_populations_of_what_is_not_batched_are_refused():
+    with pytest.raises(GpusimError, match="recurrent"):
+        Trainer(config("cartpole", **{"trainer.population": 2, "policy.recurrent": "gru",
+                                      "policy.bptt_len": 4}), env_class("cartpole"))
+    with pytest.raises(GpusimError, match="applies to ppo and a2c"):
+        Trainer(config("pendulum", **{"trainer.population": 2, "trainer.algorithm": "sac"}),
+                env_class("pendulum"))
+
+
+def test_statistics_across_seeds_follow_their_formulas():
+    values = [1.0, 2.0, 3.0, 4.0, 100.0, 5.0, 6.0, 7.0]
+    assert population.interquartile_mean(values) == pytest.approx((3 + 4 + 5 + 6) / 4)
+    low, high = population.bootstrap_interval(values)
+    assert low < sum(values) / len(values) < high
+    assert population.bootstrap_interval([2.0, 2.0, 2.0]) == (2.0, 2.0)
+    members = population.members(config("cartpole", **{
+        "trainer.population": {"lr": [1e-3, 2e-3]}, "trainer.seeds_per_setting": 2}).trainer)
+    rows = population.summary(members, {"m0": 1.0, "m1": 3.0, "m2": 10.0, "m3": None})
+    assert [r["setting"] for r in rows] == ["lr=0.001", "lr=0.002"]
+    assert rows[0]["mean"] == 2.0 and rows[0]["seeds"] == 2 and rows[1]["seeds"] == 1
+    assert math.isclose(rows[1]["iqm"], 10.0)

@@ -1,0 +1,270 @@
+"""A population of PPO or A2C runs trained as one (`trainer.population`, training.population).
+
+`populated(PPO)` is PPO with every member's networks stacked (StackedPolicy)
+and its replicas side by side in one env (member k's are the k-th share).
+What changes against a solo run, and only that, is written here:
+- networks made from each member's seed, stacked; one Adam per member
+  (StackedAdam) with the member's learning rate and clipping norm;
+- every member's minibatch drawn from its own generator, over its own rows
+  (`_units`: per member, in the order of a solo run's rows), and its loss
+  computed by torch.func.vmap over members, with the member's coefficients;
+- statistics and episode returns per member ("agent/m3");
+- a member whose loss or parameters stop being finite is put back to its
+  weights before that update and frozen (learning rate 0), with one line;
+  the others go on. Only when every member has diverged does the run stop.
+The steps are static (rows out of play weigh 0), as on a GPU, so a
+member's rows are as many as a solo run's.
+"""
+from __future__ import annotations
+
+import math
+import sys
+
+import torch
+
+from gpusim.errors import GpusimError
+
+from .. import losses, population
+from ..acceleration import MaybeCompiled
+from ..episodes import EpisodeTracker
+from ..models import make_model
+from ..population import StackedAdam, StackedPolicy
+from .ppo import PolicyBuffer, PolicyGroup, normalized, take
+
+
+def populated(cls) -> type:
+    """The population version of algorithm class `cls`; one line where it has none."""
+    if not getattr(cls, "populates", False):
+        raise GpusimError(f"config key 'trainer.population' applies to ppo and a2c; "
+                          f"{cls.__name__.lower()} trains one member per process (run its "
+                          "seeds as separate runs)")
+    return type(f"Population{cls.__name__}", (Population, cls), {})
+
+
+class Population:
+    """Mixed in before PPO (or A2C): see the module."""
+
+    def __init__(self, config, env, context, timer):
+        from dataclasses import replace
+        t = config.trainer
+        self.members = population.members(t)
+        size = len(self.members)
+        if config.policy.recurrent != "none":
+            raise GpusimError("config key 'trainer.population' with policy.recurrent: a "
+                              "population of recurrent policies is not batched yet (run its "
+                              "members as separate runs)")
+        if context.world_size > 1:
+            raise GpusimError("config key 'trainer.population' with several processes: a "
+                              "population trains in one process (drop --num_gpus)")
+        if env.num_envs != size * t.num_envs:
+            raise GpusimError(f"a population of {size} needs {size} x {t.num_envs} replicas, "
+                              f"got {env.num_envs}")
+        central = config.policy.critic == "central"
+        state_dim = env.global_state().shape[-1] if central else None
+        self.member_nets, noise = [], []
+        for member in self.members:  # each made as a solo run of its seed makes it
+            torch.manual_seed(member.seed)
+            self.member_nets.append({name: make_model(spec, config.policy, state_dim)
+                                     for name, spec in env.policy_specs.items()})
+            noise.append(self._noise_generator(member.seed, env.device))
+        # members run uncompiled: one batched call each is what compiling would buy
+        super().__init__(replace(config, trainer=replace(t, compile="off")), env, context,
+                         timer)
+        self.static_steps = True
+        device = env.device
+        for g in self.groups:  # Gaussian exploration: each member from its own generator
+            g.model.generators = noise
+        self.shuffles = [torch.Generator(device=device).manual_seed(m.seed)
+                         for m in self.members]
+        self.episodes = EpisodeTracker(env, t.rollout_len, self.agents, members=size)
+        self.update_stats = torch.zeros((len(self.groups), size, len(self.stats)),
+                                        device=device)
+        self.alive = [True] * size
+        per_replica = t.num_envs
+        self.lam = self._per_member("gae_lambda").repeat_interleave(per_replica)[None, :, None]
+        self.coefs = torch.stack([self._per_member(k) for k in ("clip_coef", "ent_coef",
+                                                                "vf_coef")], 1)
+        self._member_units = {}
+
+    @staticmethod
+    def _noise_generator(seed: int, device) -> torch.Generator:
+        """The generator a solo run of `seed` draws its exploration noise from: torch's own,
+        as it stands after the run made its networks (on the CPU, where making them draws
+        from it) or as seeded (on a GPU)."""
+        generator = torch.Generator(device=device)
+        if device.type == "cpu":
+            generator.set_state(torch.get_rng_state())
+        else:
+            generator.manual_seed(seed)
+        return generator
+
+    def _per_member(self, key: str) -> torch.Tensor:
+        return torch.tensor([population.setting(m, key, self.config.trainer, self.cfg)
+                             for m in self.members], device=self.env.device)
+
+    def reported_names(self) -> list:
+        return [f"{name}/{m.name}" for name in self.env.policy_specs for m in self.members]
+
+    def steps_fuse(self) -> bool:
+        return False
+
+    # ---- the members' networks and optimizers -------------------------------------------
+    def _policy_group(self, name, spec) -> PolicyGroup:
+        env, t = self.env, self.config.trainer
+        model = StackedPolicy([nets[name] for nets in self.member_nets]).to(env.device)
+        optimizer = StackedAdam(list(model.parameters()), self._per_member("lr").clone(),
+                                self._per_member("max_grad_norm"))
+        return PolicyGroup(
+            name, spec, self.agents[name], model, optimizer, model,
+            MaybeCompiled(model.value, f"policy {name!r} (value)", False),
+            MaybeCompiled(model, f"policy {name!r} (update)", False),
+            PolicyBuffer(spec, t.rollout_len, env.num_envs, env.device, self.state_dim,
+                         self.mask_width))
+
+    def set_lr(self, optimizer, lr: float):
+        """Each member's rate, scaled as the loop's schedule scales trainer.lr; 0 if frozen."""
+        scale = lr / self.config.trainer.lr
+        alive = torch.tensor(self.alive, dtype=torch.float32, device=optimizer.lr.device)
+        optimizer.lr.copy_(self._per_member("lr") * scale * alive)
+
+    # ---- the update: every member's minibatch in one batched step -----------------------
+    def _gae_lambda(self):
+        return self.lam
+
+    def _units(self, buf: PolicyBuffer) -> tuple:
+        """(units, members): member k's rows, in the order of a solo run's own (step,
+        replica, agent) rows; and every row's weight (in play), or None."""
+        steps, envs, agents = buf.rewards.shape
+        units = self._member_units.get((steps, envs, agents))
+        if units is None:
+            share = envs // len(self.members)
+            device = buf.rewards.device
+            local = torch.arange(steps * share * agents, device=device)
+            step, rest = local // (share * agents), local % (share * agents)
+            first = torch.arange(len(self.members), device=device) * share * agents
+            units = step[:, None] * envs * agents + first[None, :] + rest[:, None]
+            self._member_units[(steps, envs, agents)] = units
+        active = None if self.env.agent_active_array is None else buf.active.reshape(-1)
+        return units, None if active is None else active.float()
+
+    def _draw_orders(self, g: PolicyGroup):
+        units = self._units(g.buffer)[0].shape[0]
+        orders = self.orders.get(g.name)
+        if orders is None:
+            orders = self.orders[g.name] = torch.empty(
+                (self.cfg.update_epochs, units, len(self.members)), dtype=torch.long,
+                device=self.env.device)
+        for epoch in range(self.cfg.update_epochs):  # a solo run's draws, per member
+            for k, shuffle in enumerate(self.shuffles):
+                orders[epoch, :, k].copy_(torch.randperm(units, generator=shuffle,
+                                                         device=shuffle.device))
+
+    def _minibatch_rows(self, units, picked):
+        return units.gather(0, picked)  # (rows, members): each member's own picks
+
+    def _rollout_values(self, g: PolicyGroup, in_play):
+        """Every step's value, the members' replicas leading (StackedPolicy splits dim 0)."""
+        buf = g.buffer
+        states = None if buf.states is None else buf.states.transpose(0, 1)
+        buf.values.copy_(self._critic(g, buf.obs.transpose(0, 1), states).transpose(0, 1))
+
+    def _minibatch_step(self, g: PolicyGroup, rows, advantages, returns, active=None):
+        """One gradient step of every member on its own rows (rows: (picks, members)):
+        each member's PPO loss under vmap, their sum differentiated once (a member's
+        gradient is its own loss's), then each member's clipped Adam step."""
+        cfg, count = self.cfg, rows.shape[0]
+        cols = rows.t()  # (members, picks)
+        batch = g.buffer.rows(cols.reshape(-1))
+
+        def split(x):
+            return None if x is None else x.reshape(cols.shape + x.shape[1:])
+        weights = None if active is None else take(active, cols)
+        inputs = (split(batch["obs"]), split(batch["actions"]), split(batch["mask"]),
+                  split(batch["critic_obs"]), split(batch["log_probs"]), split(batch["values"]),
+                  take(advantages, cols), take(returns, cols), weights, self.coefs)
+        params, buffers = g.model.stacked()
+        forward = g.model.calls["forward"]
+        autocast = self.precision.autocast
+
+        def member(p, b, obs, actions, mask, critic, old_log_prob, old_value, adv, ret,
+                   weight, coefs):
+            total = count if weight is None else weight.sum().clamp_min(1.0)
+            if cfg.norm_adv and count > 1:
+                adv = normalized(adv, weight, total)
+            named = ({f"net.{n}": x for n, x in p.items()}, {f"net.{n}": x for n, x in b.items()})
+            with autocast():
+                new = torch.func.functional_call(forward, named, (obs, actions, mask, critic))
+            return losses.ppo_objective(new, old_log_prob, old_value, adv, ret, weight,
+                                        coefs[0], cfg.clip_vloss, coefs[1], coefs[2])
+        dims = tuple(None if x is None else 0 for x in inputs)
+        stats, loss = torch.func.vmap(member, in_dims=(0, 0) + dims)(params, buffers, *inputs)
+        g.optimizer.zero_grad()
+        loss.sum().backward()
+        g.optimizer.step()
+        return stats
+
+    # ---- statistics, divergence and checkpoints -----------------------------------------
+    def _statistics(self) -> dict:
+        """The update (eagerly, or its graph replayed), then per member its statistics; a
+        member that diverged in it goes back to its weights before it, and is frozen."""
+        before = [self._group_state(g) for g in self.groups]
+        self.update_graph()
+        values = self.update_stats.tolist()  # (policies, members, statistics)
+        finite = self._finite_members()
+        for k, member in enumerate(self.members):
+            if self.alive[k] and (not finite[k] or not all(
+                    math.isfinite(v) for policy in values for v in policy[k])):
+                self._freeze(k, before)
+        if not any(self.alive):
+            raise GpusimError("every member of the population diverged: lower trainer.lr (or "
+                              "the swept lr values) or check the env's rewards")
+        return {f"{g.name}/{m.name}": dict(zip(self.stats, values[i][k]))
+                for i, g in enumerate(self.groups) for k, m in enumerate(self.members)
+                if self.alive[k]}
+
+    def _finite_members(self) -> list:
+        """Per member, whether all its parameters are finite (one host read)."""
+        checks = [p.reshape(p.shape[0], -1).isfinite().all(1)
+                  for g in self.groups for p in g.model.parameters()]
+        return torch.stack(checks).all(0).tolist()
+
+    def _freeze(self, k: int, before: list):
+        member = self.members[k]
+        with torch.no_grad():
+            for g, state in zip(self.groups, before):
+                for current, saved in zip(self._tensors(g), state):
+                    current[k].copy_(saved[k])
+        self.alive[k] = False
+        alive = sum(self.alive)
+        print(f"gpusim: population member {member.name} (seed {member.seed}, {member.label}) "
+              f"diverged (a loss or parameter not finite): frozen at its weights before this "
+              f"update; {alive} member{'s' if alive != 1 else ''} go on", file=sys.stderr,
+              flush=True)
+
+    @staticmethod
+    def _tensors(g: PolicyGroup) -> list:
+        opt = g.optimizer
+        return list(g.model.parameters()) + opt.exp_avg + opt.exp_avg_sq + [opt.step_count]
+
+    def _group_state(self, g: PolicyGroup) -> list:
+        return [t.detach().clone() for t in self._tensors(g)]
+
+    def state_dict(self) -> dict:
+        return {"models": {g.name: g.model.state_dict() for g in self.groups},
+                "optimizers": {g.name: g.optimizer.state_dict() for g in self.groups},
+                "shuffle_rngs": [s.get_state() for s in self.shuffles],
+                "alive": list(self.alive)}
+
+    def load_state_dict(self, state: dict):
+        self.check_policies(state, "models", "optimizers")
+        if len(state.get("alive", ())) != len(self.members):
+            raise GpusimError(f"the checkpoint holds {len(state.get('alive', ()))} population "
+                              f"members; this run has {len(self.members)}")
+        for g in self.groups:
+            g.model.load_state_dict(state["models"][g.name])
+            g.optimizer.load_state_dict(state["optimizers"][g.name])
+        for shuffle, saved in zip(self.shuffles, state["shuffle_rngs"]):
+            shuffle.set_state(saved)
+        self.alive = list(state["alive"])
+        self.rollout_graph.drop()
+        self.update_graph.drop()

@@ -1,0 +1,285 @@
+"""Populations: many seeds or settings of one run, trained side by side in one process.
+
+`trainer.population: N` trains N members, seeds `seed` .. `seed + N - 1`; a
+mapping of learning settings to lists of values (`{lr: [3e-4, 1e-3],
+ent_coef: [0.0, 0.01]}`) trains every combination, each with
+`trainer.seeds_per_setting` seeds (the same seeds for every setting).
+Member k is the run it stands for: its replicas' RNG streams are those of a
+solo run with its seed, its networks are made from that seed, its minibatch
+shuffles come from a generator of its own.
+
+Here: who the members are (`members`), their networks as one batched
+computation (`StackedPolicy`: the parameters of N copies of a network
+stacked on a leading member dim, run through torch.func.vmap), their Adam
+(`StackedAdam`: one per member, with a learning rate and a clipping norm
+each), and the statistics a researcher reads across seeds (`summary`: the
+mean with a 95% bootstrap interval, and the interquartile mean).
+"""
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+from dataclasses import dataclass, replace
+
+import torch
+from torch import nn
+
+from gpusim.errors import ConfigError
+
+# What may differ between members: settings the batched update takes per member. The
+# rest shapes the batched computation (networks, sizes) or the env, the same for all.
+SWEEPABLE = ("lr", "ent_coef", "vf_coef", "clip_coef", "max_grad_norm", "gae_lambda")
+
+
+@dataclass(frozen=True)
+class Member:
+    index: int
+    seed: int
+    settings: dict  # sweep key -> this member's value (empty: seeds only)
+
+    @property
+    def label(self) -> str:
+        return ", ".join(f"{k}={v:g}" for k, v in self.settings.items()) or "seeds"
+
+    @property
+    def name(self) -> str:
+        return f"m{self.index}"
+
+
+def size(trainer) -> int:
+    """How many members `trainer.population` makes (1: a solo run)."""
+    spec = trainer.population
+    if isinstance(spec, dict):
+        return math.prod(len(v) for v in spec.values()) * trainer.seeds_per_setting
+    return spec
+
+
+def members(trainer) -> list:
+    """The members: each setting of the sweep (in the order given) times the seeds."""
+    spec = trainer.population
+    if isinstance(spec, dict):
+        settings = [dict(zip(spec, values)) for values in itertools.product(*spec.values())]
+        seeds = trainer.seeds_per_setting
+    else:
+        settings, seeds = [{}], spec
+    return [Member(k, trainer.seed + s, setting)
+            for k, (setting, s) in enumerate(itertools.product(settings, range(seeds)))]
+
+
+def check(trainer, algo):
+    """Refuse, in one line naming the key, a population no batched run can train."""
+    spec = trainer.population
+    if isinstance(spec, int):
+        if spec < 1:
+            raise ConfigError("config key 'trainer.population' must be at least 1 (members), "
+                              f"got {spec}")
+        return
+    if not isinstance(spec, dict) or not spec:
+        raise ConfigError("config key 'trainer.population' must be a number of seeds or a "
+                          "mapping of settings to lists of values")
+    for key, values in spec.items():
+        where = f"trainer.population.{key}"
+        if key not in SWEEPABLE:
+            raise ConfigError(f"config key '{where}' cannot differ between members: it must "
+                              "be the same for every member (the networks, the sizes and the "
+                              f"env are shared); members may differ in {', '.join(SWEEPABLE)}")
+        if not isinstance(values, (list, tuple)) or not values or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            raise ConfigError(f"config key '{where}' must be a non-empty list of numbers, "
+                              f"got {values!r}")
+        for value in values:  # each member's setting passes the checks a solo run's does
+            target = trainer if key == "lr" else algo
+            try:
+                replace(target, **{key: float(value)}).check()
+            except ConfigError as exc:
+                raise ConfigError(f"config key '{where}' holds {value!r}, which a run "
+                                  f"refuses: {exc}") from None
+
+
+def setting(member: Member, key: str, trainer, algo) -> float:
+    """The member's value of a sweepable setting: its own, else the config's."""
+    if key in member.settings:
+        return float(member.settings[key])
+    return float(getattr(trainer if key == "lr" else algo, key))
+
+
+# ---- the members' networks as one computation ----------------------------------------------
+class _Call(nn.Module):
+    """Calls one method of the network it holds (functional_call runs `forward` only)."""
+
+    def __init__(self, net: nn.Module, method: str):
+        super().__init__()
+        self.net, self.method = net, method
+
+    def forward(self, *inputs):
+        return getattr(self.net, self.method)(*inputs)
+
+
+class StackedPolicy(nn.Module):
+    """N networks of one shape as one: their parameters and buffers stacked on a leading
+    member dim. Each method of the network it stacks (`log_probs`, `sample`, `value`,
+    `forward`) takes inputs whose leading dim holds the members' rows side by side
+    (member k's are the k-th of N equal parts) and runs every member at once
+    (torch.func.vmap over functional_call)."""
+
+    def __init__(self, nets: list):
+        super().__init__()
+        self.size = len(nets)
+        # the network's structure; its own weights are never used (functional_call swaps in
+        # each member's), so it is no submodule: neither in state_dict nor moved by .to()
+        template = copy.deepcopy(nets[0]).to("meta")
+        object.__setattr__(self, "template", template)
+        self.state_size = getattr(nets[0], "state_size", 0)
+        params, buffers = torch.func.stack_module_state(nets)
+        self.param_names, self.buffer_names = list(params), list(buffers)
+        for name, value in params.items():
+            self.register_parameter(_flat(name), nn.Parameter(value))
+        for name, value in buffers.items():
+            self.register_buffer(_flat(name), value)
+        object.__setattr__(self, "calls", {m: _Call(template, m) for m in (
+            "log_probs", "sample", "value", "forward")})
+
+    def stacked(self) -> tuple:
+        """(parameters, buffers) by the stacked network's names, each (N, ...)."""
+        return ({n: getattr(self, _flat(n)) for n in self.param_names},
+                {n: getattr(self, _flat(n)) for n in self.buffer_names})
+
+    def member(self, k: int) -> dict:
+        """Member k's state dict, as its own network would have it."""
+        params, buffers = self.stacked()
+        return {n: t[k].detach().clone() for n, t in {**params, **buffers}.items()}
+
+    def run(self, method: str, *inputs, randomness: str = "error"):
+        """`method` of every member on its share of `inputs` (None: not batched)."""
+        params, buffers = self.stacked()
+        prefixed = ({f"net.{n}": t for n, t in params.items()},
+                    {f"net.{n}": t for n, t in buffers.items()})
+        split = tuple(None if x is None or not isinstance(x, torch.Tensor)
+                      else x.reshape((self.size, -1) + x.shape[1:]) for x in inputs)
+        dims = tuple(None if x is None else 0 for x in split)
+        batched = [x if x is not None else raw for x, raw in zip(split, inputs)]
+
+        def one(p, b, *xs):
+            return torch.func.functional_call(self.calls[method], (p, b), xs)
+        out = torch.func.vmap(one, in_dims=(0, 0) + dims, randomness=randomness)(
+            prefixed[0], prefixed[1], *batched)
+        return _merge(out)
+
+    def log_probs(self, obs, mask=None):
+        return self.run("log_probs", obs, mask)
+
+    def sample(self, obs, deterministic: bool = False):
+        """With `generators` (one per member), member k's exploration noise comes from
+        its own, in the order a solo run of it draws; else from torch's."""
+        generators = getattr(self, "generators", None)
+        if deterministic or generators is None:
+            return self.run("sample", obs, deterministic, randomness="different")
+        share = (obs.shape[0] // self.size,) + obs.shape[1:-1] + (self.template.dim,)
+        noise = torch.cat([torch.randn(share, generator=g, device=obs.device)
+                           for g in generators])
+        return self.run("sample", obs, False, noise)
+
+    def value(self, critic_obs):
+        return self.run("value", critic_obs)
+
+    def forward(self, obs, actions, mask=None, critic_obs=None):
+        return self.run("forward", obs, actions, mask, critic_obs)
+
+
+def _flat(name: str) -> str:
+    return name.replace(".", "__")
+
+
+def _merge(out):
+    """vmap's (N, R, ...) outputs as (N * R, ...), the members' rows side by side."""
+    if isinstance(out, tuple):
+        return tuple(_merge(o) for o in out)
+    if isinstance(out, torch.Tensor) and out.dim() >= 2:
+        return out.reshape((-1,) + out.shape[2:])
+    return out
+
+
+class StackedAdam:
+    """One Adam per member over stacked parameters, each with its own learning rate and
+    gradient-norm clip: torch's Adam arithmetic (no weight decay), elementwise, so a
+    member's step depends on its own slice alone. `lr` and `max_grad_norm` are (N,)
+    tensors changed in place; a member with learning rate 0 stands still."""
+
+    def __init__(self, params: list, lr: torch.Tensor, max_grad_norm: torch.Tensor,
+                 betas=(0.9, 0.999), eps: float = 1e-5):
+        self.params, self.lr, self.max_grad_norm = params, lr, max_grad_norm
+        self.betas, self.eps = betas, eps
+        self.step_count = torch.zeros(params[0].shape[0], device=params[0].device)
+        self.exp_avg = [torch.zeros_like(p) for p in params]
+        self.exp_avg_sq = [torch.zeros_like(p) for p in params]
+
+    def zero_grad(self):
+        for p in self.params:
+            p.grad = None
+
+    def step(self):
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+        members = self.step_count.shape[0]
+        norms = torch.stack([g.reshape(members, -1).norm(dim=1) for g in grads]).norm(dim=0)
+        scale = (self.max_grad_norm / (norms + 1e-6)).clamp(max=1.0)
+        scale = torch.where(self.max_grad_norm > 0, scale, torch.ones_like(scale))
+        beta1, beta2 = self.betas
+        self.step_count.add_(1)
+        bias1 = 1 - beta1 ** self.step_count
+        bias2_sqrt = (1 - beta2 ** self.step_count).sqrt()
+        with torch.no_grad():
+            for p, g, m, v in zip(self.params, grads, self.exp_avg, self.exp_avg_sq):
+                shape = (members,) + (1,) * (p.dim() - 1)
+                g = g * scale.view(shape)
+                m.lerp_(g, 1 - beta1)
+                v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+                denom = v.sqrt() / bias2_sqrt.view(shape) + self.eps
+                change = (self.lr / bias1).view(shape) * m / denom
+                # a member at rate 0 stands still even where its moments are not finite
+                p.sub_(torch.where(self.lr.view(shape) > 0, change, 0.0))
+
+    def state_dict(self) -> dict:
+        return {"step": self.step_count.clone(), "exp_avg": [m.clone() for m in self.exp_avg],
+                "exp_avg_sq": [v.clone() for v in self.exp_avg_sq]}
+
+    def load_state_dict(self, state: dict):
+        self.step_count.copy_(state["step"])
+        for mine, saved in zip(self.exp_avg + self.exp_avg_sq,
+                               state["exp_avg"] + state["exp_avg_sq"]):
+            mine.copy_(saved)
+
+
+# ---- what a researcher reads across seeds -------------------------------------------------
+def interquartile_mean(values: list) -> float:
+    """The mean of the middle half (rliable's IQM): robust to a few outlying seeds."""
+    ordered = sorted(values)
+    n = len(ordered)
+    cut = n // 4
+    middle = ordered[cut:n - cut] if n - 2 * cut > 0 else ordered
+    return sum(middle) / len(middle)
+
+
+def bootstrap_interval(values: list, resamples: int = 2000, seed: int = 0) -> tuple:
+    """The 95% percentile-bootstrap interval of the mean across `values` (seeds)."""
+    data = torch.tensor(values, dtype=torch.float64)
+    if len(values) < 2:
+        return (float(data.mean()), float(data.mean()))
+    generator = torch.Generator().manual_seed(seed)
+    picks = torch.randint(len(values), (resamples, len(values)), generator=generator)
+    means = data[picks].mean(1)
+    return (float(means.quantile(0.025)), float(means.quantile(0.975)))
+
+
+def summary(members: list, returns: dict) -> list:
+    """Per setting: the members' mean return, its 95% bootstrap interval across seeds and
+    the interquartile mean. `returns`: member name -> its mean return (None: none yet)."""
+    rows = []
+    for label, group in itertools.groupby(members, key=lambda m: m.label):
+        values = [returns[m.name] for m in group if returns.get(m.name) is not None]
+        if not values:
+            continue
+        low, high = bootstrap_interval(values)
+        rows.append({"setting": label, "seeds": len(values), "mean": sum(values) / len(values),
+                     "ci95": [low, high], "iqm": interquartile_mean(values)})
+    return rows

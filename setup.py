@@ -45,6 +45,9 @@ setup(
         "plot": ["matplotlib>=3.5"],
         # python -m gpusim.export --format onnx (onnx) and running the file (onnxruntime)
         "export": ["onnx>=1.14", "onnxruntime>=1.16"],
+        # the docs site: mkdocs build --strict (mkdocs.yml); the lower bounds build it too
+        "docs": ["mkdocs>=1.6,<2", "mkdocs-material>=9.5.20,<10", "mkdocstrings>=0.30,<2",
+                 "mkdocstrings-python>=1.18,<3", "pymdown-extensions>=10,<14"],
         # Without a GPU, CI compiles the CUDA C kernels with NVRTC and the numba kernels to
         # PTX with numba-cuda (its NVVM comes from the CUDA toolkit where one is installed);
         # no extra of numba-cuda's, so no CUDA torch or toolkit wheels (Linux x86-64 only)

@@ -27,23 +27,25 @@ The wrapper adds the arrays every env has, compiles one reset kernel and one
 step kernel (step phases, then a guarded section that saves `final_obs` and
 runs the reset phases in replicas that just finished), and launches them on
 the backend with no host round trip.
+
+Here: what an env declares, building it, and the API (spaces, reset, step,
+observe, state). How it is built from its declaration (config and setup
+checks, kernel and array specs) is in gpusim.env_build; how `step`'s actions
+are written and checked, in gpusim.env_actions.
 """
 from __future__ import annotations
 
-import dataclasses
-import inspect
-from pathlib import Path
-
-import numba
 import numpy as np
 import torch
 
 from gpusim import masks, rng, spaces
-from gpusim.arrays import ArraySpec, DeviceArrays, namedtuple_type
+from gpusim.arrays import DeviceArrays, namedtuple_type
 from gpusim.backends import Backend, get_backend
-from gpusim.errors import (ArrayError, ConfigError, GpusimError, debug, env_code_failed,
-                           phase_failed)
-from gpusim.kernels import KernelSpec, Section, agent_phase, env_phase
+from gpusim.env_actions import ActionWriter, with_data
+# the phases gpusim's step kernel adds, importable from here (docs/custom_env.md)
+from gpusim.env_build import (EnvBuild, clip_continuous_actions, replica_done,  # noqa: F401
+                              save_final_active, save_final_obs, save_final_state)
+from gpusim.errors import ArrayError, ConfigError, GpusimError, debug, phase_failed
 
 
 def _gymnasium_spaces():
@@ -63,41 +65,7 @@ def checked_seed(seed) -> int:
     return int(seed)
 
 
-@numba.jit(nopython=True)
-def replica_done(env, s, p):
-    return s.terminated[env] or s.truncated[env]
-
-
-@numba.jit(nopython=True)
-def clip_continuous_actions(env, agent, s, p):
-    """Each continuous action into its agent's bounds (NaN, which compares false, to low)."""
-    for k in range(s.continuous_actions.shape[2]):
-        value = s.continuous_actions[env, agent, k]
-        if not value >= s.action_low[agent, k]:
-            value = s.action_low[agent, k]
-        elif value > s.action_high[agent, k]:
-            value = s.action_high[agent, k]
-        s.continuous_actions[env, agent, k] = value
-
-
-@numba.jit(nopython=True)
-def save_final_obs(env, agent, s, p):
-    for k in range(s.obs.shape[2]):
-        s.final_obs[env, agent, k] = s.obs[env, agent, k]
-
-
-@numba.jit(nopython=True)
-def save_final_active(env, agent, s, p):
-    s.final_active[env, agent] = s.agent_active[env, agent]
-
-
-@numba.jit(nopython=True)
-def save_final_state(env, s, p):
-    for k in range(s.state.shape[1]):
-        s.final_state[env, k] = s.state[env, k]
-
-
-class Env:
+class Env(EnvBuild, ActionWriter):
     name = ""
     config_class = None
     reset_phases: tuple = ()
@@ -190,50 +158,6 @@ class Env:
         env._declare(config)
         return env
 
-    def _declare(self, config):
-        self.config = self._checked_config(config)
-        self._run_setup()
-        self.policy_specs = spaces.resolve(self)
-        self.agent_names = spaces.agent_names(self)
-
-    # ---- building it: a mistake in the env's own code is one line naming it ------------
-    REQUIRED = ("num_agents", "obs_dim", "policies")  # what setup() must set
-
-    @classmethod
-    def check_config_class(cls):
-        """Refuse, naming the env, a config_class that is not a config dataclass."""
-        config_class = cls.config_class
-        if not (dataclasses.is_dataclass(config_class) and isinstance(config_class, type)
-                and callable(getattr(config_class, "load", None))):
-            raise GpusimError(f"env {cls.name}: config_class must be a config dataclass with "
-                              f"a load() classmethod (subclass gpusim.config.EnvConfig), "
-                              f"got {config_class!r}")
-
-    def _checked_config(self, config):
-        self.check_config_class()
-        cls = self.config_class
-        if config is None:
-            return cls.load()
-        if not isinstance(config, cls):
-            raise ConfigError(f"config= takes a {cls.__name__} (e.g. {cls.__name__}.load(...)), "
-                              f"got {type(config).__name__}; pass config keys as keywords "
-                              f"instead: gpusim.make(name, key=value)")
-        return config
-
-    def _run_setup(self):
-        try:
-            self.setup(self.config)
-        except GpusimError:
-            raise
-        except Exception as exc:
-            if debug():
-                raise
-            raise env_code_failed(self.name, "setup()", exc) from None
-        missing = [name for name in self.REQUIRED if not hasattr(self, name)]
-        if missing:
-            raise GpusimError(f"env {self.name}: setup() does not set {', '.join(missing)} "
-                              "(docs/custom_env.md lists what setup declares)")
-
     # ---- what a subclass provides --------------------------------------------
     def setup(self, config):
         raise NotImplementedError
@@ -261,91 +185,6 @@ class Env:
         `per_episode()` -> {name: [one value per finished episode]}.
         """
         return None
-
-    # ---- kernels -------------------------------------------------------------
-    @classmethod
-    def reset_kernel_spec(cls) -> KernelSpec:
-        return KernelSpec.of(f"{cls.name}.reset", *cls.reset_phases, cuda_c=cls.cuda_c_reset,
-                             cuda_c_dir=cls._kernel_dir("cuda_c_reset"))
-
-    def step_kernel_spec(self) -> KernelSpec:
-        cls = type(self)
-        save = (agent_phase(save_final_obs),) + \
-            ((agent_phase(save_final_active),) if self.agent_active_array else ()) + \
-            ((env_phase(save_final_state),) if self.state_dim else ())
-        auto_reset = Section(save + tuple(cls.reset_phases),
-                             guard=replica_done)
-        clip = (agent_phase(clip_continuous_actions),) \
-            if self.continuous_dim and not self.raw_continuous_actions else ()
-        return KernelSpec.of(f"{cls.name}.step", *clip, *cls.step_phases, auto_reset,
-                             cuda_c=cls.cuda_c_step, cuda_c_dir=cls._kernel_dir("cuda_c_step"))
-
-    @classmethod
-    def observe_kernel_spec(cls) -> KernelSpec:
-        return KernelSpec.of(f"{cls.name}.observe", *cls.observe_phases)
-
-    @classmethod
-    def _kernel_dir(cls, attribute: str) -> str | None:
-        """The folder of the module of the class that names the kernel (`attribute`): its
-        CUDA C file is found beside it, also from a subclass defined elsewhere."""
-        owner = next((c for c in cls.__mro__ if attribute in vars(c)), cls)
-        try:
-            return str(Path(inspect.getfile(owner)).resolve().parent)
-        except (TypeError, OSError):  # defined interactively
-            return None
-
-    def _all_specs(self) -> dict:
-        common = {
-            "obs": ArraySpec(torch.float32, (self.obs_dim,)),
-            "final_obs": ArraySpec(torch.float32, (self.obs_dim,)),
-            "reward": ArraySpec(torch.float32),
-            "terminated": ArraySpec(torch.bool, scope="env"),
-            "truncated": ArraySpec(torch.bool, scope="env"),
-            "reset_mask": ArraySpec(torch.bool, scope="env"),
-            "rng_state": ArraySpec(torch.uint64, (2,)),
-        }
-        if self.discrete_width:
-            common["actions"] = ArraySpec(torch.int32, (self.discrete_width,))
-        if self.state_dim:
-            common["state"] = ArraySpec(torch.float32, (self.state_dim,), scope="env")
-            common["final_state"] = ArraySpec(torch.float32, (self.state_dim,), scope="env")
-        if self.continuous_dim:  # bounds per agent, as policies may differ
-            bounds = ArraySpec(torch.float32, (self.num_agents, self.continuous_dim),
-                               scope="global")
-            common.update(continuous_actions=ArraySpec(torch.float32, (self.continuous_dim,)),
-                          action_low=bounds, action_high=bounds)
-        own = self.array_specs()
-        clash = set(common) & set(own)
-        if clash:
-            raise ArrayError(f"env arrays {sorted(clash)} clash with gpusim's own names")
-        active = self.agent_active_array
-        if active is not None and (active not in own or own[active].scope != "agent"
-                                   or not own[active].state):
-            raise ArrayError(f"agent_active_array {active!r} must name an agent-scope state "
-                             "array of the env")
-        if active is not None:  # its value when the replica ended, kept as final_obs is
-            common["final_active"] = ArraySpec(own[active].dtype)
-        mask = self.action_mask_array
-        width = max((sum(p.actions) for p in self.policy_specs.values() if not p.continuous),
-                    default=0)
-        if mask is not None and (mask not in own or own[mask].scope != "agent"
-                                 or tuple(own[mask].shape) != (width,)):
-            raise ArrayError(f"action_mask_array {mask!r} must name an agent-scope array of "
-                             f"the env, {width} wide (the largest sum of a discrete policy's "
-                             "choices)")
-        return {**common, **own}
-
-    def _action_bounds(self) -> dict:
-        """action_low / action_high per agent (zeros where an agent acts discretely)."""
-        if not self.continuous_dim:
-            return {}
-        low = np.zeros((self.num_agents, self.continuous_dim), dtype=np.float32)
-        high = np.zeros_like(low)
-        for p in self.policy_specs.values():
-            if p.continuous:
-                low[list(p.agent_ids), :p.action_width] = p.actions.low
-                high[list(p.agent_ids), :p.action_width] = p.actions.high
-        return {"action_low": low, "action_high": high}
 
     # ---- the API ---------------------------------------------------------------
     @property
@@ -479,7 +318,7 @@ class Env:
             if name not in allowed:
                 raise ArrayError(f"'{name}' is not a state array of {self.name} "
                                  f"(state arrays: {', '.join(sorted(allowed))})")
-        values = {name: self.arrays.checked(name, _with_data(value, f"state[{name!r}]"))
+        values = {name: self.arrays.checked(name, with_data(value, f"state[{name!r}]"))
                   for name, value in state.items()}
         for name, value in values.items():
             self._check_values(name, value)
@@ -511,100 +350,8 @@ class Env:
                 raise
             raise phase_failed(self.name, spec(), exc) from None
 
-    def _write_actions(self, actions):
-        if isinstance(actions, dict):
-            self._write_policy_actions(actions)
-            return
-        if self.mixed_actions:
-            raise ArrayError(f"{self.name}'s policies act in different action spaces: "
-                             "pass actions as a dict policy name -> tensor")
-        actions = _as_tensor(actions, "actions")
-        if self.continuous_dim:
-            self._write_continuous(actions, slice(None), "actions",
-                                   (self.num_envs, self.num_agents, self.continuous_dim))
-        else:
-            self._write_discrete(actions, slice(None), "actions",
-                                 (self.num_envs, self.num_agents, len(self.action_nvec)),
-                                 self._nvec)
-
-    def _write_policy_actions(self, actions: dict):
-        if set(actions) != set(self.policy_specs):
-            raise ArrayError(f"actions must hold one tensor per policy "
-                             f"({', '.join(self.policy_specs)}), got {', '.join(map(str, actions))}")
-        for name, value in actions.items():
-            spec, what = self.policy_specs[name], f"actions[{name!r}]"
-            shape = (self.num_envs, spec.num_agents, spec.action_width)
-            value = _as_tensor(value, what)
-            if spec.continuous:
-                self._write_continuous(value, self._policy_index[name], what, shape)
-            else:
-                self._write_discrete(value, self._policy_index[name], what, shape,
-                                     self._policy_nvec[name])
-
-    def _write_continuous(self, actions, agents, what, expected):
-        if not actions.dtype.is_floating_point:
-            raise ArrayError(f"{what} are continuous: they must have a float dtype, "
-                             f"got {actions.dtype}")
-        if tuple(actions.shape) != expected:
-            raise ArrayError(f"{what} must have shape {expected}, got {tuple(actions.shape)}")
-        if self.check_actions and not bool(torch.isfinite(actions).all()):
-            e, i, c = (int(v) for v in (~torch.isfinite(actions)).nonzero()[0])
-            raise ArrayError(f"action is not finite: {what}[{e}, {i}, {c}] = "
-                             f"{float(actions[e, i, c])}")
-        # out of bounds is allowed: the step kernel clips into the bounds
-        self.arrays["continuous_actions"][:, agents, :expected[2]] = actions
-
-    def _write_discrete(self, actions, agents, what, expected, nvec):
-        if actions.dtype.is_floating_point or actions.dtype.is_complex or actions.dtype == torch.bool:
-            raise ArrayError(f"{what} must have an integer dtype, got {actions.dtype}")
-        if tuple(actions.shape) != expected:
-            raise ArrayError(f"{what} must have shape {expected} "
-                             f"(num_envs, agents, len(action_nvec)), got {tuple(actions.shape)}")
-        if isinstance(agents, slice):  # a view: checked or clamped in place
-            self._check_or_clamp(actions, self.arrays["actions"][:, agents, :expected[2]],
-                                 what, nvec)
-            return
-        some = torch.empty(expected, dtype=torch.int32, device=self.device)  # a policy's agents
-        self._check_or_clamp(actions, some, what, nvec)
-        self.arrays["actions"][:, agents, :expected[2]] = some
-
-    def _check_or_clamp(self, actions, buffer, what, nvec):
-        """Copy `actions` into `buffer`: refused when out of `nvec`'s range (check_actions),
-        else clamped into it."""
-        largest = nvec - 1
-        if self.check_actions:  # in the given dtype: an int64 2**32 + 1 must not wrap to 1
-            bad = (actions < 0) | (actions >= nvec.to(actions.device))
-            if bool(bad.any()):
-                e, i, c = (int(v) for v in bad.nonzero()[0])
-                raise ArrayError(
-                    f"action out of range: {what}[{e}, {i}, {c}] = {int(actions[e, i, c])}, "
-                    f"component {c} takes 0..{int(largest[c])}")
-            buffer.copy_(actions)
-            return
-        if actions.dtype != buffer.dtype:  # clamp before the narrowing copy, not after
-            actions = torch.minimum(actions.clamp(min=0), largest.to(actions.device))
-        buffer.copy_(actions)
-        torch.clamp_(buffer, min=0)
-        torch.minimum(buffer, largest, out=buffer)
-
     def __repr__(self):
         if not hasattr(self, "arrays"):  # Env.declared(): setup only
             return f"<{type(self).__name__} declared, num_agents={self.num_agents}>"
         return (f"<{type(self).__name__} num_envs={self.num_envs} num_agents={self.num_agents} "
                 f"backend={self.backend.name} device={self.device}>")
-
-
-def _as_tensor(actions, what: str) -> torch.Tensor:
-    if isinstance(actions, np.ndarray):
-        return torch.from_numpy(actions)
-    if not isinstance(actions, torch.Tensor):
-        raise ArrayError(f"{what} must be a torch tensor, got {type(actions).__name__}")
-    return _with_data(actions, what)
-
-
-def _with_data(value, what: str):
-    """`value`, unless it is a tensor without data (on the meta device)."""
-    if isinstance(value, torch.Tensor) and value.is_meta:
-        raise ArrayError(f"{what} is on the meta device, which holds no values: "
-                         "pass a tensor with data")
-    return value

@@ -6,9 +6,10 @@ the env's module). For each argument layout the backend writes the kernel's
 generated parameter header, compiles the file with NVRTC (or nvcc) into the
 compile cache for the GPU's architecture, loads the image into torch's CUDA
 context (the device's primary context) and launches the function with grid
-= replicas and block = agents. The toolchain (sources, headers, signatures,
-compilers) is `gpusim.backends.cuda_c`; the first launch of a layout checks
-the C signature against the arrays and parameters actually passed.
+= replicas and block = agents. The toolchain is `gpusim.backends.cuda_c_sources`
+(sources, headers, signatures) and `gpusim.backends.cuda_c` (compilers, the
+compile step); the first launch of a layout checks the C signature against
+the arrays and parameters actually passed.
 
 Two drivers load and launch, behind the same backend: pycuda where it is
 installed, else NVIDIA's `cuda-bindings` driver API (a wheel, no toolkit).
@@ -26,8 +27,8 @@ import ctypes
 import torch
 
 from gpusim.backends.base import CUDADeviceBackend, Kernel
-from gpusim.backends.cuda_c import (C_CTYPES, TensorPointer, build, find_compiler,
-                                    launch_signature, locate)
+from gpusim.backends.cuda_c import build, find_compiler
+from gpusim.backends.cuda_c_sources import C_CTYPES, TensorPointer, launch_signature, locate
 from gpusim.errors import BackendError
 
 INSTALL_HINT = ("install `pip install gpusim[cuda12]` or `gpusim[cuda13]` (the driver's CUDA major) (NVRTC and the CUDA driver API from "

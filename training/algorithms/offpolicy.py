@@ -1,11 +1,12 @@
 """The off-policy core that DDPG, TD3 and SAC share: replay on the device, the rollout, the
 gradient-step loop, target networks and checkpoints.
 
-Read top to bottom: the config; the networks (`Actor`, `OffPolicyModel`); the
-`OffPolicy` algorithm: `collect` (a rollout of `rollout_len` steps over every
-replica: uniformly random actions for the first `learning_starts` env steps,
-then the actor's, with exploration; every agent-step in play goes into its
-policy's replay ring, on the device) and `update` (`replay_ratio` x this
+Read top to bottom: the config; a policy's group (its networks, from
+offpolicy_networks.py, its optimizers and replay shard); the `OffPolicy`
+algorithm: `collect` (a rollout of `rollout_len` steps over every replica:
+uniformly random actions for the first `learning_starts` env steps, then the
+actor's, with exploration; every agent-step in play goes into its policy's
+replay ring, on the device) and `update` (`replay_ratio` x this
 process's env steps gradient steps per policy, each: sample a batch, step
 the critics towards the algorithm's target, and when due the actor). The
 gradient step is written once, over the networks' parameters, and run by a
@@ -28,14 +29,11 @@ rank takes the same step and the models stay identical.
 """
 from __future__ import annotations
 
-import copy
 import functools
-import math
 from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
-from torch import nn
 
 from gpusim.config import require
 from gpusim.errors import GpusimError
@@ -43,9 +41,9 @@ from gpusim.errors import GpusimError
 from ..acceleration import MaybeCompiled, adam
 from ..actors import Actors
 from ..fused import EagerDescent, FusedStep
-from ..models import LOG_STD_RANGE, mlp, tanh_gaussian_log_prob
 from ..replay import LOCAL, ReplayBuffer, TorchCollectives
 from .base import Algorithm
+from .offpolicy_networks import NetsOn, OffPolicyModel
 
 
 # On the CPU a compiled gradient step saves about 5 ms (12.7 -> 7.9 ms, SAC 256x256, one
@@ -88,80 +86,6 @@ class OffPolicyConfig:
                 "before its first gradient step")
 
 
-class Actor(nn.Module):
-    """obs -> an action in [-1, 1]^dims: deterministic (DDPG, TD3) or a squashed Gaussian
-    sample with its log-probability (SAC)."""
-
-    def __init__(self, obs_dim, dims, hidden, activation, stochastic: bool):
-        super().__init__()
-        self.stochastic = stochastic
-        self.net = mlp([obs_dim] + hidden + [2 * dims if stochastic else dims], activation, 0.01)
-
-    def forward(self, obs, deterministic: bool = False):
-        out = self.net(obs)
-        if not self.stochastic:
-            return torch.tanh(out), None
-        mean, log_std = out.chunk(2, dim=-1)
-        log_std = log_std.clamp(*LOG_STD_RANGE)
-        raw = mean if deterministic else mean + log_std.exp() * torch.randn_like(mean)
-        return torch.tanh(raw), tanh_gaussian_log_prob(mean, log_std, raw)
-
-
-class OffPolicyModel(nn.Module):
-    """One policy's networks: the actor, its critics and their target copies, and SAC's
-    log-alpha; one state_dict for checkpoints."""
-
-    def __init__(self, spec, policy_config, num_critics: int, stochastic: bool,
-                 alpha: float | None = None, tune_alpha: bool = False,
-                 exploration_noise: float = 0.0):
-        super().__init__()
-        hidden, activation = list(policy_config.hidden_sizes), policy_config.activation
-        dims = spec.action_width
-        self.actor = Actor(spec.obs_dim, dims, hidden, activation, stochastic)
-        self.critics = nn.ModuleList(mlp([spec.obs_dim + dims] + hidden + [1], activation, 1.0)
-                                     for _ in range(num_critics))
-        self.target_critics = copy.deepcopy(self.critics).requires_grad_(False)
-        self.target_actor = copy.deepcopy(self.actor).requires_grad_(False)
-        self.log_alpha = nn.Parameter(torch.tensor(math.log(alpha) if alpha else 0.0),
-                                      requires_grad=tune_alpha)
-        self.entropy_bonus = stochastic and alpha != 0  # sac_alpha 0: none at all
-        low, high = torch.tensor(spec.actions.low), torch.tensor(spec.actions.high)
-        self.register_buffer("center", (high + low) / 2)
-        self.register_buffer("half_range", (high - low) / 2)
-        self.exploration_noise = exploration_noise  # deterministic actors: Gaussian, in
-                                                    # half-ranges (not saved: it is config)
-
-    def q(self, critics, obs, action, params: dict | None = None):
-        """Each critic's Q(obs, action), stacked: (critics, rows); on `params` (the critics'
-        parameters by name, "0.0.weight" ...) instead of their own where given."""
-        pair = torch.cat([obs, action], -1)
-        if params is None:
-            return torch.stack([c(pair).squeeze(-1) for c in critics])
-        return torch.stack([
-            torch.func.functional_call(c, {n[len(f"{i}."):]: p for n, p in params.items()
-                                           if n.startswith(f"{i}.")}, (pair,)).squeeze(-1)
-            for i, c in enumerate(critics)])
-
-    def alpha(self, log_alpha: torch.Tensor | None = None) -> torch.Tensor:
-        """The entropy weight (of `log_alpha` where given: the one being stepped)."""
-        if self.entropy_bonus:
-            return (self.log_alpha if log_alpha is None else log_alpha).exp()
-        return torch.zeros((), device=self.center.device)
-
-    def to_env(self, action):
-        """[-1, 1] -> the env's Box."""
-        return self.center + self.half_range * action
-
-    def sample(self, obs, deterministic: bool = False):
-        """Acting (training.actors): (action in [-1, 1], None, the env's action); with
-        exploration noise on a deterministic actor unless `deterministic`."""
-        action, _ = self.actor(obs, deterministic)
-        if not self.actor.stochastic and not deterministic and self.exploration_noise:
-            noise = torch.randn_like(action) * self.exploration_noise
-            action = (action + noise).clamp(-1, 1)
-        return action, None, self.to_env(action)
-
-
 class Optimizers:
     """A policy's optimizers under one name, so checkpoints treat them as one."""
 
@@ -177,23 +101,6 @@ class Optimizers:
     def load_state_dict(self, state: dict):
         for name, opt in self.by_name.items():
             opt.load_state_dict(state[name])
-
-
-class NetsOn:
-    """A group's actor and critics run on given parameters, as a gradient step sees them,
-    so the algorithms' hooks (`next_action`, `actor_loss`) take it in place of the group."""
-
-    def __init__(self, g, actor: dict, critics: dict):
-        self.model, self.spec, self.updates = g.model, g.spec, g.updates
-        self.actor_params, self.critic_params = actor, critics
-
-    def actor(self, obs, deterministic: bool = False):
-        return torch.func.functional_call(self.model.actor, self.actor_params,
-                                          (obs, deterministic))
-
-    def q(self, critics, obs, action):
-        online = critics is self.model.critics
-        return self.model.q(critics, obs, action, self.critic_params if online else None)
 
 
 @dataclass

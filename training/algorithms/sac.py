@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from gpusim.config import require
 
-from .offpolicy import OffPolicy, OffPolicyConfig, OffPolicyModel
+from .offpolicy import OffPolicy, OffPolicyConfig
+from .offpolicy_networks import OffPolicyModel
 
 
 @dataclass(frozen=True)

@@ -170,3 +170,46 @@ def test_statistics_across_seeds_follow_their_formulas():
     assert [r["setting"] for r in rows] == ["lr=0.001", "lr=0.002"]
     assert rows[0]["mean"] == 2.0 and rows[0]["seeds"] == 2 and rows[1]["seeds"] == 1
     assert math.isclose(rows[1]["iqm"], 10.0)
+
+
+def test_a_population_run_is_summarised_evaluated_per_member_and_plotted(tmp_path, capsys):
+    """The CLI's summary per setting, evaluate per member with the best kept as a plain
+    run (which load_policies and evaluate take as any run), and the population plot."""
+    from gpusim import load_policies, train
+    from gpusim.training import evaluate, plot
+    code = train.main(["--env", "cartpole", "--backend", "cpu", "--quiet", "--results_dir",
+                       str(tmp_path), "--total_steps", "256", "--set", "trainer.num_envs=4",
+                       "--set", "trainer.rollout_len=16", "--set",
+                       "trainer.population={lr: [0.001, 0.003]}", "--set",
+                       "trainer.seeds_per_setting=2", "--set", "trainer.final_eval_episodes=0"])
+    out = capsys.readouterr().out
+    assert code == 0 and "lr=0.001" in out and "IQM" in out and "(2 seeds)" in out
+    (run_dir,) = tmp_path.iterdir()
+    assert evaluate.main([str(run_dir), "--episodes", "4", "--population_best"]) == 0
+    saved = json.loads((run_dir / "eval.json").read_text())
+    assert sorted(saved["members"]) == ["m0", "m1", "m2", "m3"]
+    assert [row["setting"] for row in saved["summary"]["agent"]] == ["lr=0.001", "lr=0.003"]
+    best = run_dir / "best_member"
+    member = saved["best_member"]["member"]
+    assert saved["members"][member]["agent"] == max(m["agent"] for m in saved["members"].values())
+    policy = load_policies(best)["agent"]
+    actions, _ = policy.act(torch.zeros(3, 4), deterministic=True)
+    assert actions.shape == (3, 1)
+    assert evaluate.main([str(best), "--episodes", "2"]) == 0  # a plain run now
+    assert (run_dir / "plots" / "population.png") in plot.plot_run(run_dir)
+
+
+def test_population_flags_that_do_not_apply_are_one_line(tmp_path, capsys):
+    from gpusim import train
+    from gpusim.training import evaluate
+    assert train.main(["--env", "cartpole", "--backend", "cpu", "--num_gpus", "2",
+                       "--set", "trainer.population=2", "--results_dir", str(tmp_path)]) == 2
+    assert "drop --num_gpus" in capsys.readouterr().err
+    assert train.main(["--env", "cartpole", "--backend", "cpu", "--quiet", "--total_steps",
+                       "64", "--set", "trainer.num_envs=4", "--set", "trainer.rollout_len=16",
+                       "--results_dir", str(tmp_path)]) == 0
+    capsys.readouterr()
+    (run_dir,) = tmp_path.iterdir()
+    assert evaluate.main([str(run_dir), "--population_best"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --population_best") and err.count("\n") == 1

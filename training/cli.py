@@ -23,7 +23,7 @@ from gpusim.errors import DoesNotFit, GpusimError, describe, exit_code, writing
 from gpusim.scale import distributed
 from gpusim.scale.device import DeviceContext
 
-from . import checkpoint
+from . import checkpoint, members, population
 from .acceleration import resolve_precision
 from .arguments import ArgumentParser
 from .autoscale import auto_scale
@@ -115,6 +115,9 @@ def main(argv=None) -> int:
             return worker(args)
         _, config = resolve_config(args)  # bad input: one error here, not one per process
         check_process_count(config.trainer.backend, args.num_gpus, args.oversubscribe)
+        if population.size(config.trainer) > 1:
+            raise GpusimError("config key 'trainer.population' with --num_gpus: a population "
+                              "trains in one process (drop --num_gpus)")
         distributed.launch(args.num_gpus, worker, args, timeout_s=config.scale.timeout_s,
                            collective_timeout_s=config.scale.collective_timeout_s)
         return 0
@@ -179,6 +182,17 @@ def resume_hint(run_dir: Path | None) -> str:
     iteration = int(checkpoint.PATTERN.match(saved[-1].name).group(1))
     return (f"interrupted; the checkpoint of iteration {iteration} is saved: continue with "
             f"--resume {run_dir}")
+
+
+def print_population(rows: dict):
+    """Per policy and setting: the mean return over seeds, its interval, the IQM."""
+    print("population, per setting: mean return of the last 100 episodes over seeds "
+          "[95% bootstrap interval], interquartile mean")
+    for name, settings in rows.items():
+        for row in settings:
+            print(f"  {name:<10} {row['setting']:<28} {row['mean']:10.3f} "
+                  f"[{row['ci95'][0]:.3f}, {row['ci95'][1]:.3f}]  IQM {row['iqm']:.3f}  "
+                  f"({row['seeds']} seeds)")
 
 
 def steps_given(args) -> bool:
@@ -262,7 +276,11 @@ def train(args, context) -> int:
     print(f"done{solved}: {summary['iterations']} iterations, {summary['env_steps']:,} env steps in "
           f"{summary['time_s']:.1f} s ({rate:,.0f} steps/s); mean return over the last "
           f"{min(100, summary['episodes'])} episodes: {returns}; run directory: {run_dir}")
-    if config.trainer.final_eval_episodes >= 2:
+    if len(summary.get("population", ())):
+        print_population(summary["population"])
+    if config.trainer.final_eval_episodes >= 2 and members.is_population(run_dir):
+        members.evaluate_members(run_dir, evaluate, num_episodes=config.trainer.final_eval_episodes)
+    elif config.trainer.final_eval_episodes >= 2:
         evaluate(run_dir, config.trainer.final_eval_episodes)
     return 0
 

@@ -11,6 +11,11 @@ env's own measures where it has them (tag_continuous: how long runners
 survive and how many are still free at the end). The figures also go to
 RUN_DIR/eval.json.
 
+A population run (`trainer.population`) is evaluated member by member, every
+policy trained, with each setting's mean over its seeds (a 95% bootstrap
+interval) and interquartile mean; --population_best keeps the best member as
+a plain run directory, RUN_DIR/best_member, for render, evaluate and export.
+
 With --deterministic the trained policies act deterministically (the most
 likely choice, the Gaussian's mean; random ones stay random), as
 `gpusim.load_policies(...)[name].act(obs, deterministic=True)` acts in other
@@ -29,6 +34,7 @@ import torch
 
 from gpusim.errors import GpusimError, writing
 
+from . import members
 from . import policies as trained
 from .actors import Actors
 from .arguments import ArgumentParser, int_in
@@ -181,8 +187,18 @@ def main(argv=None) -> int:
                              "stay random)")
     parser.add_argument("--trained_only", action="store_true",
                         help="only every policy trained, no random partner or opponent")
+    parser.add_argument("--population_best", action="store_true",
+                        help="a population run: also keep its best member as a plain run "
+                             "directory, RUN_DIR/best_member")
     args = parser.parse_args(argv)
     try:
+        if members.is_population(args.run_dir):
+            members.evaluate_members(args.run_dir, evaluate, best=args.population_best,
+                                     num_episodes=args.episodes, num_envs=args.num_envs,
+                                     seed=args.seed, deterministic=args.deterministic)
+            return 0
+        if args.population_best:
+            raise GpusimError(f"--population_best: {args.run_dir} is not a population run")
         evaluate(args.run_dir, args.episodes, args.num_envs, args.seed,
                  deterministic=args.deterministic, trained_only=args.trained_only)
     except GpusimError as exc:

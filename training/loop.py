@@ -252,9 +252,15 @@ class Trainer:
         return sum(recent) / len(recent) if recent else None
 
     def summary(self) -> dict:
-        return {"iterations": self.iteration, "env_steps": self.env_steps,
-                "time_s": self.elapsed_s, "episodes": self.episodes, "solved": self.solved(),
-                "episode_return": {name: self.recent_return(name) for name in self.recent}}
+        out = {"iterations": self.iteration, "env_steps": self.env_steps,
+               "time_s": self.elapsed_s, "episodes": self.episodes, "solved": self.solved(),
+               "episode_return": {name: self.recent_return(name) for name in self.recent}}
+        members = population.members(self.config.trainer)
+        if len(members) > 1:  # per policy: each setting across its seeds
+            out["population"] = {name: population.summary(members, {
+                m.name: self.recent_return(f"{name}/{m.name}") for m in members})
+                for name in self.env.policy_specs}
+        return out
 
     # ---- checkpoints -------------------------------------------------------------------
     def state_dict(self) -> dict | None:

@@ -2,7 +2,9 @@
 
 Writes RUN_DIR/plots/returns.png (mean episode return per policy),
 losses.png (policy loss, value loss, entropy per policy) and
-throughput.png (env steps/s and the time split).
+throughput.png (env steps/s and the time split); for a population run
+(`trainer.population`) also population.png: per policy, each setting's mean
+return over its seeds with the 95% bootstrap interval as a band.
 """
 from __future__ import annotations
 
@@ -11,8 +13,9 @@ from pathlib import Path
 
 from gpusim.errors import GpusimError, writing
 
-from . import metrics
+from . import members, metrics, population
 from .arguments import ArgumentParser
+from .config import load_run_dir_config
 
 
 def read_metrics(run_dir: Path) -> list:
@@ -84,7 +87,37 @@ def plot_run(run_dir) -> list:
     right.legend()
     fig.suptitle(title)
     written.append(_save(fig, out_dir / "throughput.png"))
+    if members.is_population(run_dir):
+        written.append(_population_plot(plt, run_dir, rows, out_dir / "population.png"))
     return written
+
+
+def _population_plot(plt, run_dir, rows, path):
+    """Per policy, each setting's mean return across seeds with its bootstrap band."""
+    _, config = load_run_dir_config(run_dir)
+    team = population.members(config.trainer)
+    names = sorted({key.split("/")[1] for key in rows[-1] if key.startswith("episode_return/")})
+    fig, axes = plt.subplots(1, len(names), figsize=(6.5 * len(names), 4), squeeze=False)
+    for ax, name in zip(axes[0], names):
+        for label in dict.fromkeys(m.label for m in team):
+            keys = [f"episode_return/{name}/{m.name}" for m in team if m.label == label]
+            steps, mean, low, high = [], [], [], []
+            for row in rows:
+                values = [row[k] for k in keys if row.get(k) is not None]
+                if values:
+                    steps.append(row["env_steps"])
+                    mean.append(sum(values) / len(values))
+                    interval = population.bootstrap_interval(values, resamples=400)
+                    low.append(interval[0])
+                    high.append(interval[1])
+            ax.plot(steps, mean, label=f"{label} ({len(keys)} seeds)")
+            ax.fill_between(steps, low, high, alpha=0.25)
+        ax.set(xlabel="env steps", ylabel="mean episode return (last 100 episodes)",
+               title=f"{name}: mean over seeds, 95% bootstrap band")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle(run_dir.name)
+    return _save(fig, path)
 
 
 def _save(fig, path):

@@ -33,8 +33,8 @@ def run_work(config, env) -> Work:
     rollout = update = 0
     for spec in env.policy_specs.values():
         layer = largest_layer(spec, config.policy.hidden_sizes)
-        rows = t.num_envs * spec.num_agents
+        rows = env.num_envs * spec.num_agents  # a population: every member's
         rollout = max(rollout, rows * layer)
         update = max(update, update_rows(config, rows) * layer)
     return Work(rollout_macs=rollout, update_macs=update,
-                env_obs_values=t.num_envs * env.num_agents * env.obs_dim)
+                env_obs_values=env.num_envs * env.num_agents * env.obs_dim)

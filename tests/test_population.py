@@ -213,3 +213,30 @@ def test_population_flags_that_do_not_apply_are_one_line(tmp_path, capsys):
     assert evaluate.main([str(run_dir), "--population_best"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --population_best") and err.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_a_member_that_reaches_the_target_stops_learning_there(capsys):
+    """With a target return each member stops learning when it reaches it (as its solo run
+    would stop: from there the two part only by float rounding); the run ends when all
+    have, and a stopped member's weights stay as they were."""
+    overrides = {"trainer.target_return": 25.0, "trainer.anneal_lr": False}
+    trainer = Trainer(config("cartpole", **{"trainer.population": 2, **overrides}),
+                      env_class("cartpole"))
+    frozen = {}
+    finish = trainer.algorithm.finish
+
+    def noting(k, iteration):
+        if trainer.algorithm.alive[k]:
+            frozen[k] = [p[k].clone() for p in trainer.algorithm.groups[0].model.parameters()]
+        finish(k, iteration)
+    trainer.algorithm.finish = noting
+    trainer.train()
+    out = capsys.readouterr().out
+    stopped = {k: int(next(line for line in out.splitlines()
+                           if line.startswith(f"population member m{k} "))
+                      .split("at iteration ")[1].split(":")[0]) for k in range(2)}
+    assert trainer.iteration == max(stopped.values()) and all(trainer.algorithm.finished)
+    for k, weights in frozen.items():
+        now = [p[k] for p in trainer.algorithm.groups[0].model.parameters()]
+        assert all(torch.equal(a, b) for a, b in zip(now, weights))

@@ -168,6 +168,7 @@ class Trainer:
         self.elapsed_s += seconds
         if self.logger is not None:
             self.logger.log(self.metrics(stats, seconds, lr))
+        self._finish_members()
         if self.iteration % self.config.trainer.checkpoint_every == 0 or stopping \
                 or self.solved() or self.iteration == self.num_iterations:
             state = self.state_dict()  # collective: every rank takes part
@@ -225,11 +226,24 @@ class Trainer:
                            "check the env's rewards")
 
     def solved(self) -> bool:
-        """Whether every policy reached `target_return` over the last 100 finished episodes."""
+        """Whether every policy reached `target_return` over the last 100 finished episodes
+        (a population: whether every member did, each stopping where it did)."""
+        if hasattr(self.algorithm, "finished"):
+            return all(self.algorithm.finished)
+        return self._reached(self.recent)
+
+    def _reached(self, names) -> bool:
         target = self.config.trainer.target_return
         return target is not None and all(
             len(self.recent[name]) == RECENT_EPISODES and self.recent_return(name) >= target
-            for name in self.recent)
+            for name in names)
+
+    def _finish_members(self):
+        """A population's members that reached the target stop learning (as solo runs
+        stop), one by one."""
+        for k, member in enumerate(getattr(self.algorithm, "members", ())):
+            if self._reached([f"{name}/{member.name}" for name in self.env.policy_specs]):
+                self.algorithm.finish(k, self.iteration)
 
     def metrics(self, stats: dict, seconds: float, lr: float) -> dict:
         steps = self.steps_per_iteration

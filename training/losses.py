@@ -24,6 +24,15 @@ def gae(rewards, values, dones, next_value, gamma: float, lam: float):
     return advantages, advantages + values
 
 
+def normalized(adv, weights, total):
+    """Advantages less their mean, over their standard deviation (weighted: rows in play)."""
+    if weights is None:
+        return (adv - adv.mean()) / (adv.std() + 1e-8)
+    mean = (adv * weights).sum() / total
+    std = (((adv - mean) ** 2 * weights).sum() / (total - 1).clamp_min(1.0)).sqrt()
+    return (adv - mean) / (std + 1e-8)
+
+
 def weighted_mean(x, weights=None):
     """The mean of `x`, or its mean weighted by `weights` (rows outside an agent's episode
     weigh 0)."""

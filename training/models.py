@@ -62,22 +62,9 @@ def tanh(x):
     # (asked of the mode, not of `x`: under vmap a batched `x` does not say it needs them)
     grad = torch.is_grad_enabled()
     smallest = SIGMOID_TANH_MIN_ELEMENTS_GRAD if grad else SIGMOID_TANH_MIN_ELEMENTS
-    if x.device.type != "cpu" or _elements(x) < smallest:
+    if x.device.type != "cpu" or x.numel() < smallest:  # (under vmap: one member's)
         return torch.tanh(x)
     return _SigmoidTanh.apply(x) if grad else _sigmoid_tanh(x)
-
-
-def _elements(x) -> int:
-    """The elements `x` stands for: all members' under a population's vmap (where a batched
-    tensor reports one member's). The unwrapping is torch.func's own, not public API: where
-    it is missing, one member's count is taken."""
-    try:
-        from torch._C._functorch import get_unwrapped, is_batchedtensor
-    except ImportError:
-        return x.numel()
-    while is_batchedtensor(x):
-        x = get_unwrapped(x)
-    return x.numel()
 
 
 class Tanh(nn.Module):

@@ -11,7 +11,9 @@ What changes against a solo run, and only that, is written here:
 - statistics and episode returns per member ("agent/m3");
 - a member whose loss or parameters stop being finite is put back to its
   weights before that update and frozen (learning rate 0), with one line;
-  the others go on. Only when every member has diverged does the run stop.
+  the others go on. Only when every member has diverged does the run stop;
+- with `trainer.target_return`, a member that reaches it stops learning
+  there, as its solo run stops; the run ends when every member has.
 The steps are static (rows out of play weigh 0), as on a GPU, so a
 member's rows are as many as a solo run's.
 """
@@ -29,7 +31,8 @@ from ..acceleration import MaybeCompiled
 from ..episodes import EpisodeTracker
 from ..models import make_model
 from ..population import StackedAdam, StackedPolicy
-from .ppo import PolicyBuffer, PolicyGroup, normalized, take
+from ..losses import normalized
+from .rollout import PolicyBuffer, PolicyGroup, take
 
 
 def populated(cls) -> type:
@@ -79,7 +82,9 @@ class Population:
         self.episodes = EpisodeTracker(env, t.rollout_len, self.agents, members=size)
         self.update_stats = torch.zeros((len(self.groups), size, len(self.stats)),
                                         device=device)
-        self.alive = [True] * size
+        self.alive = [True] * size     # still learning
+        self.finished = [False] * size  # reached trainer.target_return: stopped, as its
+                                        # solo run would have
         per_replica = t.num_envs
         self.lam = self._per_member("gae_lambda").repeat_interleave(per_replica)[None, :, None]
         self.coefs = torch.stack([self._per_member(k) for k in ("clip_coef", "ent_coef",
@@ -215,12 +220,22 @@ class Population:
             if self.alive[k] and (not finite[k] or not all(
                     math.isfinite(v) for policy in values for v in policy[k])):
                 self._freeze(k, before)
-        if not any(self.alive):
+        if not any(self.alive) and not any(self.finished):
             raise GpusimError("every member of the population diverged: lower trainer.lr (or "
                               "the swept lr values) or check the env's rewards")
         return {f"{g.name}/{m.name}": dict(zip(self.stats, values[i][k]))
                 for i, g in enumerate(self.groups) for k, m in enumerate(self.members)
                 if self.alive[k]}
+
+    def finish(self, k: int, iteration: int):
+        """Member k reached the target return: it stops learning there (frozen), as its
+        solo run would have stopped; its policy keeps acting, so its returns go on."""
+        if self.alive[k]:
+            self.alive[k], self.finished[k] = False, True
+            member = self.members[k]
+            print(f"population member {member.name} (seed {member.seed}, {member.label}) "
+                  f"reached the target return at iteration {iteration}: it stops learning "
+                  f"there; {sum(self.alive)} still learning", flush=True)
 
     def _finite_members(self) -> list:
         """Per member, whether all its parameters are finite (one host read)."""
@@ -253,7 +268,7 @@ class Population:
         return {"models": {g.name: g.model.state_dict() for g in self.groups},
                 "optimizers": {g.name: g.optimizer.state_dict() for g in self.groups},
                 "shuffle_rngs": [s.get_state() for s in self.shuffles],
-                "alive": list(self.alive)}
+                "alive": list(self.alive), "finished": list(self.finished)}
 
     def load_state_dict(self, state: dict):
         self.check_policies(state, "models", "optimizers")
@@ -266,5 +281,6 @@ class Population:
         for shuffle, saved in zip(self.shuffles, state["shuffle_rngs"]):
             shuffle.set_state(saved)
         self.alive = list(state["alive"])
+        self.finished = list(state.get("finished", [False] * len(self.members)))
         self.rollout_graph.drop()
         self.update_graph.drop()

@@ -43,13 +43,16 @@ def exit_code(exc: BaseException) -> int:
     return getattr(exc, "exit_code", 1) if isinstance(exc, GpusimError) else 1
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")  # numba colours its messages where colorama is installed
+
+
 def describe(exc: BaseException) -> str:
     """One line for an exception: the message for our own errors, else type and first line."""
     if isinstance(exc, GpusimError):
         return str(exc)
     if isinstance(exc, KeyboardInterrupt):
         return "interrupted"
-    lines = str(exc).strip().splitlines()
+    lines = _ANSI.sub("", str(exc)).strip().splitlines()
     return f"{type(exc).__name__}: {lines[0] if lines else ''}".strip()
 
 
@@ -136,7 +139,7 @@ def compile_failed(spec, backend: str, exc: BaseException) -> str:
     says what is wrong comes first, and the first source location inside one of
     the kernel's phases says where.
     """
-    text = str(exc)
+    text = _ANSI.sub("", str(exc))  # numba colours its messages where colorama is installed
     problem = next((line.strip() for line in text.splitlines()
                     if line.strip() and not _PIPELINE_LINE.match(line.strip())), text.strip())
     problem = _LAYOUT_TYPE.sub(lambda m: f"of {_LAYOUT_NAMES[m.group(1)]}", problem)

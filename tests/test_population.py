@@ -64,8 +64,9 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 def test_each_member_trains_as_its_solo_run(case):
     env, overrides = CASES[case]
-    got = iterations(Trainer(config(env, **{"trainer.population": 2, **overrides}),
-                             env_class(env)), 3)
+    trainer = Trainer(config(env, **{"trainer.population": 2, **overrides}), env_class(env))
+    trainer.algorithm.static_steps = True  # as its solo runs here (and on a GPU)
+    got = iterations(trainer, 3)
     for k in range(2):
         assert_member_is_solo(got, solo(env, k, 3, **overrides), case, f"m{k}")
 
@@ -240,3 +241,29 @@ def test_a_member_that_reaches_the_target_stops_learning_there(capsys):
     for k, weights in frozen.items():
         now = [p[k] for p in trainer.algorithm.groups[0].model.parameters()]
         assert all(torch.equal(a, b) for a, b in zip(now, weights))
+
+
+def test_members_train_on_their_rows_in_play():
+    """With per-agent done on the CPU, a member's units are its own rows in play, filled
+    up to the most any member has with rows of its own out of play (weighted 0)."""
+    trainer = Trainer(config("tag_continuous", **{"trainer.population": 3, **TAG}),
+                      env_class("tag_continuous"))
+    algorithm = trainer.algorithm
+    algorithm.collect(0)
+    runner = next(g for g in algorithm.groups if g.name == "runner")
+    active = runner.buffer.active  # (steps, 3 members x 4 replicas, 3 runners)
+    active.fill_(True)
+    active[:, 0:4, 0] = False      # member 0: a third of its rows out of play
+    active[:, 4:8, :2] = False     # member 1: two thirds
+    active[:, 8:12, 2] = False     # member 2: a third
+    units, weights = algorithm._units(runner.buffer)
+    every = active[:, 0:4].numel()
+    assert units.shape == (every - active[:, 0:4, 0].numel(), 3)  # member 0's count leads
+    member = (units // 3) % 12 // 4  # each row's replica's member
+    assert torch.equal(member, torch.arange(3).expand_as(units))
+    flat = active.reshape(-1)
+    in_play = flat[units].sum(0).tolist()
+    assert in_play == [units.shape[0], every // 3, units.shape[0]]  # member 1 filled up
+    assert units.shape[0] < every  # not every row
+    assert torch.equal(weights, flat.float())
+    trainer.iterate(1e-3)  # and the update runs on them

@@ -14,8 +14,9 @@ What changes against a solo run, and only that, is written here:
   the others go on. Only when every member has diverged does the run stop;
 - with `trainer.target_return`, a member that reaches it stops learning
   there, as its solo run stops; the run ends when every member has.
-The steps are static (rows out of play weigh 0), as on a GPU, so a
-member's rows are as many as a solo run's.
+With per-agent done, on the CPU each member trains on its rows in play (the
+longest member's count, the others filled with rows of their own out of
+play, weighted 0); in static steps (on a GPU) on every row, as a solo run.
 """
 from __future__ import annotations
 
@@ -73,7 +74,6 @@ class Population:
         # members run uncompiled: one batched call each is what compiling would buy
         super().__init__(replace(config, trainer=replace(t, compile="off")), env, context,
                          timer)
-        self.static_steps = True
         device = env.device
         for g in self.groups:  # Gaussian exploration: each member from its own generator
             g.model.generators = noise
@@ -138,7 +138,12 @@ class Population:
 
     def _units(self, buf: PolicyBuffer) -> tuple:
         """(units, members): member k's rows, in the order of a solo run's own (step,
-        replica, agent) rows; and every row's weight (in play), or None."""
+        replica, agent) rows; and every row's weight (in play), or None.
+
+        With per-agent done, outside static steps (on the CPU), each member's rows in play
+        come first and the units stop at the most any member has (one host read, as a solo
+        run's compaction): a member with fewer fills up with rows of its own out of play,
+        which weigh 0."""
         steps, envs, agents = buf.rewards.shape
         units = self._member_units.get((steps, envs, agents))
         if units is None:
@@ -149,8 +154,22 @@ class Population:
             first = torch.arange(len(self.members), device=device) * share * agents
             units = step[:, None] * envs * agents + first[None, :] + rest[:, None]
             self._member_units[(steps, envs, agents)] = units
-        active = None if self.env.agent_active_array is None else buf.active.reshape(-1)
-        return units, None if active is None else active.float()
+        if self.env.agent_active_array is None:
+            return units, None
+        active = buf.active.reshape(-1)
+        if self.static_steps:
+            return units, active.float()
+        out_of_play = (~active[units]).to(torch.int8)
+        most = int((1 - out_of_play).sum(0).max())  # the update's one host read
+        if most < self.cfg.num_minibatches:
+            return units, active.float()
+        first_in_play = torch.sort(out_of_play, dim=0, stable=True).indices[:most]
+        return units.gather(0, first_in_play), active.float()
+
+    def _shuffled(self, units: int) -> torch.Tensor:
+        """Each member's shuffle of its units, from its own generator: (units, members)."""
+        return torch.stack([torch.randperm(units, generator=g, device=g.device)
+                            for g in self.shuffles], 1)
 
     def _draw_orders(self, g: PolicyGroup):
         units = self._units(g.buffer)[0].shape[0]

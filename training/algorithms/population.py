@@ -127,10 +127,12 @@ class Population:
                          self.mask_width))
 
     def set_lr(self, optimizer, lr: float):
-        """Each member's rate, scaled as the loop's schedule scales trainer.lr; 0 if frozen."""
+        """Each member's rate, scaled as the loop's schedule scales trainer.lr; 0 if frozen
+        (made on the host, one copy to the device per update)."""
         scale = lr / self.config.trainer.lr
-        alive = torch.tensor(self.alive, dtype=torch.float32, device=optimizer.lr.device)
-        optimizer.lr.copy_(self._per_member("lr") * scale * alive)
+        rates = [population.setting(m, "lr", self.config.trainer, self.cfg) * scale * alive
+                 for m, alive in zip(self.members, self.alive)]
+        optimizer.lr.copy_(torch.tensor(rates), non_blocking=True)
 
     # ---- the update: every member's minibatch in one batched step -----------------------
     def _gae_lambda(self):

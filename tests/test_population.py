@@ -72,7 +72,7 @@ def test_each_member_trains_as_its_solo_run(case):
 
 
 def test_a_sweep_member_trains_as_the_solo_run_of_its_setting():
-    sweep = {"trainer.population": {"lr": [1e-3, 3e-3], "ent_coef": [0.0, 0.05]},
+    sweep = {"trainer.population": {"lr": ["1e-3", 3e-3], "ent_coef": [0.0, 0.05]},
              "trainer.seeds_per_setting": 2}
     trainer = Trainer(config("cartpole", **sweep), env_class("cartpole"))
     members = trainer.algorithm.members
@@ -142,6 +142,7 @@ def test_a_population_checkpoints_and_resumes_every_member(tmp_path):
 @pytest.mark.parametrize("overrides,message", [
     ({"trainer.population": {"hidden_sizes": [8]}}, "cannot differ between members"),
     ({"trainer.population": {"lr": [1e-3, -1.0]}}, "'trainer.population.lr' holds -1.0"),
+    ({"trainer.population": {"lr": ["fast"]}}, "must be a non-empty list of numbers"),
     ({"trainer.population": 0}, "must be at least 1"),
     ({"trainer.population": 2, "trainer.seeds_per_setting": 2}, "applies to a sweep"),
 ])

@@ -59,7 +59,8 @@ def members(trainer) -> list:
     """The members: each setting of the sweep (in the order given) times the seeds."""
     spec = trainer.population
     if isinstance(spec, dict):
-        settings = [dict(zip(spec, values)) for values in itertools.product(*spec.values())]
+        settings = [dict(zip(spec, map(float, values)))
+                    for values in itertools.product(*spec.values())]
         seeds = trainer.seeds_per_setting
     else:
         settings, seeds = [{}], spec
@@ -85,7 +86,7 @@ def check(trainer, algo):
                               "be the same for every member (the networks, the sizes and the "
                               f"env are shared); members may differ in {', '.join(SWEEPABLE)}")
         if not isinstance(values, (list, tuple)) or not values or not all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+                _number(v) for v in values):
             raise ConfigError(f"config key '{where}' must be a non-empty list of numbers, "
                               f"got {values!r}")
         for value in values:  # each member's setting passes the checks a solo run's does
@@ -95,6 +96,16 @@ def check(trainer, algo):
             except ConfigError as exc:
                 raise ConfigError(f"config key '{where}' holds {value!r}, which a run "
                                   f"refuses: {exc}") from None
+
+
+def _number(value) -> bool:
+    """A number, or text that reads as one (YAML reads 3e-4, without a dot, as text)."""
+    if isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False
 
 
 def setting(member: Member, key: str, trainer, algo) -> float:

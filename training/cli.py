@@ -237,7 +237,9 @@ def train(args, context) -> int:
             run_dir, logger = open_run_dir(args, config, context)
             trainer.attach_logger(logger)
             t = config.trainer
-            print(f"{config.env_name}: {context.world_size} x {t.num_envs} replicas x "
+            size = population.size(t)
+            team = f"a population of {size}, each " if size > 1 else ""
+            print(f"{config.env_name}: {team}{context.world_size} x {t.num_envs} replicas x "
                   f"{trainer.env.num_agents} agents on {trainer.env.backend.name}, "
                   f"{t.algorithm}, {trainer.num_iterations} iterations of "
                   f"{trainer.steps_per_iteration:,} env steps", flush=True)

@@ -22,7 +22,9 @@ def test_dry_run_checks_every_step(tmp_path):
     envs = next(r for r in proof["results"] if r["step"] == "env throughput")["rows"]
     from gpusim.envs import env_names
     assert {row["env"] for row in envs} == set(env_names())
-    assert "| gpu tests | ok |" in (tmp_path / "proof.md").read_text()
+    table = (tmp_path / "proof.md").read_text()
+    assert "| gpu tests, all | ok |" in table and "| mission: tag_continuous --auto_scale | ok |" \
+        in table
 
 
 def test_a_broken_step_fails_the_dry_run(monkeypatch):

@@ -390,9 +390,9 @@ class PPO(Rollout, Algorithm):
             g.model.load_state_dict(state["models"][g.name])
             lr = g.optimizer.param_groups[0]["lr"]  # a float, or a captured step's tensor
             g.optimizer.load_state_dict(state["optimizers"][g.name])
-            for param_group in g.optimizer.param_groups:
-                saved, param_group["lr"] = param_group["lr"], lr
-                self.set_lr(g.optimizer, float(saved))
+            saved = float(g.optimizer.param_groups[0]["lr"])
+            g.optimizer.param_groups[0]["lr"] = lr  # the same kind (and tensor) as before
+            self.set_lr(g.optimizer, saved)
         self.shuffle.set_state(state["shuffle_rng"])
         self.rollout_graph.drop()  # the optimizers' state tensors are new: capture again
         self.update_graph.drop()

@@ -29,7 +29,13 @@ from gpusim.errors import ConfigError
 
 # What may differ between members: settings the batched update takes per member. The
 # rest shapes the batched computation (networks, sizes) or the env, the same for all.
+# An algorithm's config names its own (`sweepable`); these are PPO's and A2C's.
 SWEEPABLE = ("lr", "ent_coef", "vf_coef", "clip_coef", "max_grad_norm", "gae_lambda")
+
+
+def sweepable(algo) -> tuple:
+    """The settings the members of a run of `algo` (its config) may differ in."""
+    return tuple(getattr(algo, "sweepable", SWEEPABLE))
 
 
 @dataclass(frozen=True)
@@ -79,12 +85,13 @@ def check(trainer, algo):
     if not isinstance(spec, dict) or not spec:
         raise ConfigError("config key 'trainer.population' must be a number of seeds or a "
                           "mapping of settings to lists of values")
+    keys = sweepable(algo)
     for key, values in spec.items():
         where = f"trainer.population.{key}"
-        if key not in SWEEPABLE:
+        if key not in keys:
             raise ConfigError(f"config key '{where}' cannot differ between members: it must "
                               "be the same for every member (the networks, the sizes and the "
-                              f"env are shared); members may differ in {', '.join(SWEEPABLE)}")
+                              f"env are shared); members may differ in {', '.join(keys)}")
         if not isinstance(values, (list, tuple)) or not values or not all(
                 _number(v) for v in values):
             raise ConfigError(f"config key '{where}' must be a non-empty list of numbers, "

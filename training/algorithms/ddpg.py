@@ -34,7 +34,7 @@ class DDPG(OffPolicy):
                               else 0.0)
 
     def next_action(self, g, next_obs):
-        action, _ = g.model.target_actor(next_obs)
+        action, _ = g.target_actor(next_obs)
         return action, None
 
     def actor_loss(self, g, obs, alpha):

@@ -45,7 +45,6 @@ from ..replay import LOCAL, ReplayBuffer, TorchCollectives
 from .base import Algorithm
 from .offpolicy_networks import NetsOn, OffPolicyModel
 
-
 # On the CPU a compiled gradient step saves about 5 ms (12.7 -> 7.9 ms, SAC 256x256, one
 # thread) and a first compile costs about 25 s: `compile: auto` compiles from this many
 # gradient steps in a run (docs/benchmarks.md, "compiled learner").
@@ -67,6 +66,8 @@ class OffPolicyConfig:
                                     # continues exactly (false: smaller checkpoints, and a
                                     # resumed run refills its buffers)
     policy_keys: ClassVar[frozenset] = frozenset(("hidden_sizes", "activation"))
+    # what a population's members may differ in (training.population)
+    sweepable: ClassVar[tuple] = ("lr", "max_grad_norm", "tau")
 
     def check(self):
         for key in ("replay_size", "batch_size"):
@@ -131,6 +132,7 @@ class OffPolicy(Algorithm):
     stats = ("policy_loss", "value_loss", "entropy", "alpha")
     num_critics = 1
     stochastic = False  # a Gaussian actor (SAC) rather than a deterministic one
+    populates = True  # trainer.population (training.algorithms.population_offpolicy)
 
     def __init__(self, config, env, context, timer):
         super().__init__(config, env, context, timer)
@@ -199,13 +201,14 @@ class OffPolicy(Algorithm):
         self.env_steps = env_steps
         for t in range(t_cfg.rollout_len):
             active = env.agent_active()
-            explore = env_steps + t * env.num_envs * self.world_size < self.cfg.learning_starts
+            # (trainer.num_envs: a population's env holds every member's replicas)
+            explore = env_steps + t * t_cfg.num_envs * self.world_size < self.cfg.learning_starts
             with self.timer("forward"):
                 obs = {g.name: self.observe(g.name, self.next_obs).clone() for g in self.groups}
                 with self.precision.autocast():
                     acted = (self.explorers if explore else self.actors).act(self.next_obs)
             with self.timer("env"):
-                next_obs, reward, terminated, truncated, info = env.step()
+                next_obs, reward, terminated, _truncated, info = env.step()
             with self.timer("forward"):
                 done = info["reset_mask"]
                 # a finished replica's true next observation is its final one
@@ -267,16 +270,19 @@ class OffPolicy(Algorithm):
         return stats
 
     def _gradient_step(self, descent, g: OffPolicyGroup, obs, actions, rewards, next_obs,
-                       terminated, weights, actor_due: bool):
+                       terminated, weights, actor_due: bool, nets: NetsOn | None = None):
         """The gradient step on a sampled batch, its networks and steps taken through
-        `descent` (training.fused: compiled, or eager). Returns (statistics, TD errors)."""
+        `descent` (training.fused: compiled, or eager), its networks run through `nets`
+        (default: the group's own; a population member's: population_offpolicy.py).
+        Returns (statistics, TD errors)."""
         cfg, model = self.cfg, g.model
         autocast = self.precision.autocast  # forwards in bf16 where asked; losses in fp32
         critic_params = descent.params("critic")
         log_alpha = descent.params("alpha")["log_alpha"] if "alpha" in g.optimizer.by_name \
             else None
-        alpha = model.alpha(log_alpha).detach()
-        nets = NetsOn(g, descent.params("actor"), critic_params)
+        if nets is None:
+            nets = NetsOn(g, descent.params("actor"), critic_params, cfg.tau)
+        alpha = nets.alpha(log_alpha).detach()
         with torch.no_grad(), autocast():
             next_action, next_log_prob = self.next_action(nets, next_obs)
             next_q = nets.q(model.target_critics, next_obs, next_action).float().min(0).values
@@ -296,7 +302,7 @@ class OffPolicy(Algorithm):
 
         def actor_loss(params):
             with autocast():
-                loss, log_prob = self.actor_loss(NetsOn(g, params, critic_params), obs, alpha)
+                loss, log_prob = self.actor_loss(nets.with_actor(params), obs, alpha)
             aux = {"loss": loss.float().detach()}  # (no None: grad's aux holds tensors only)
             if log_prob is not None:
                 aux["log_prob"] = log_prob.float().detach()
@@ -310,17 +316,22 @@ class OffPolicy(Algorithm):
                 loss = self.alpha_loss(g, params["log_alpha"], log_prob)
                 return loss, loss.detach()
             descent.step("alpha", alpha_loss)
-        self._soft_update(model, descent.params("actor"), critic_params)
+        nets.soft_update()
         return torch.stack([loss, stats[1], entropy, alpha]), td
 
     # what the algorithms define
     def next_action(self, g, next_obs):
         """(the action the target critics are evaluated at, its log-prob or None); `g` runs
-        the online networks on the step's parameters (NetsOn)."""
+        the networks as the step sees them (NetsOn)."""
         raise NotImplementedError
 
     def actor_due(self, g: OffPolicyGroup) -> bool:
         return True
+
+    def step_draws(self, actor_due: bool) -> int:
+        """How many standard normal (batch, action dims) draws one gradient step takes from
+        torch's generator, in order (a population member's come from its own)."""
+        return 0
 
     def actor_loss(self, g, obs, alpha):
         """(the actor's loss, summed over the rank's rows / batch_size; log-prob or None)."""
@@ -339,15 +350,6 @@ class OffPolicy(Algorithm):
         for grad in grads:
             grad.copy_(flat[offset:offset + grad.numel()].view_as(grad))
             offset += grad.numel()
-
-    def _soft_update(self, model: OffPolicyModel, actor: dict, critics: dict):
-        """Move the targets towards the online networks (`actor`, `critics`: their
-        parameters by name)."""
-        with torch.no_grad():
-            for online, target in ((critics, model.target_critics), (actor, model.target_actor)):
-                named = dict(target.named_parameters())
-                torch._foreach_lerp_([named[n] for n in online], list(online.values()),
-                                     self.cfg.tau)
 
     # ---- checkpoints -----------------------------------------------------------------
     def models(self) -> dict:

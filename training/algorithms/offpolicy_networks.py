@@ -3,9 +3,11 @@
 `Actor`: obs -> an action in [-1, 1] per dimension (tanh), deterministic or a
 squashed-Gaussian sample. `OffPolicyModel`: one policy's actor, critics, their
 target copies and SAC's log-alpha, with acting (`sample`, into the env's Box)
-and Q on given parameters. `NetsOn`: a group's actor and critics run on the
-parameters a gradient step sees (offpolicy.py), which the algorithms' hooks
-take in place of the group.
+and Q on given parameters. `NetsOn`: a group's networks as a gradient step
+sees them (offpolicy.py), which the algorithms' hooks take in place of the
+group: the actor and critics on the step's parameters, the targets, alpha,
+the standard normal draws and the targets' soft update (a population member
+runs them on its slices of stacked weights: population_offpolicy.py).
 """
 from __future__ import annotations
 
@@ -27,13 +29,17 @@ class Actor(nn.Module):
         self.stochastic = stochastic
         self.net = mlp([obs_dim] + hidden + [2 * dims if stochastic else dims], activation, 0.01)
 
-    def forward(self, obs, deterministic: bool = False):
+    def forward(self, obs, deterministic: bool = False, noise=None):
+        """`noise`: the sample's standard normal draws (default: torch's own)."""
         out = self.net(obs)
         if not self.stochastic:
             return torch.tanh(out), None
         mean, log_std = out.chunk(2, dim=-1)
         log_std = log_std.clamp(*LOG_STD_RANGE)
-        raw = mean if deterministic else mean + log_std.exp() * torch.randn_like(mean)
+        if deterministic:
+            raw = mean
+        else:
+            raw = mean + log_std.exp() * (torch.randn_like(mean) if noise is None else noise)
         return torch.tanh(raw), tanh_gaussian_log_prob(mean, log_std, raw)
 
 
@@ -82,29 +88,55 @@ class OffPolicyModel(nn.Module):
         """[-1, 1] -> the env's Box."""
         return self.center + self.half_range * action
 
-    def sample(self, obs, deterministic: bool = False):
+    def sample(self, obs, deterministic: bool = False, noise=None):
         """Acting (training.actors): (action in [-1, 1], None, the env's action); with
-        exploration noise on a deterministic actor unless `deterministic`."""
-        action, _ = self.actor(obs, deterministic)
+        exploration noise on a deterministic actor unless `deterministic`. `noise`: the
+        standard normal draws of the Gaussian or of the exploration (default: torch's)."""
+        action, _ = self.actor(obs, deterministic, noise)
         if not self.actor.stochastic and not deterministic and self.exploration_noise:
-            noise = torch.randn_like(action) * self.exploration_noise
-            action = (action + noise).clamp(-1, 1)
+            noise = torch.randn_like(action) if noise is None else noise
+            action = (action + noise * self.exploration_noise).clamp(-1, 1)
         return action, None, self.to_env(action)
 
 
-
 class NetsOn:
-    """A group's actor and critics run on given parameters, as a gradient step sees them,
-    so the algorithms' hooks (`next_action`, `actor_loss`) take it in place of the group."""
+    """A group's networks as a gradient step sees them, so the algorithms' hooks
+    (`next_action`, `actor_loss`) take it in place of the group: the actor and critics on
+    the step's parameters, the targets and alpha on the model's own, random draws from
+    torch's generator. A population member's (population_offpolicy.MemberNets) runs the
+    same on its own slices and draws."""
 
-    def __init__(self, g, actor: dict, critics: dict):
+    def __init__(self, g, actor: dict, critics: dict, tau: float = 0.0):
         self.model, self.spec, self.updates = g.model, g.spec, g.updates
-        self.actor_params, self.critic_params = actor, critics
+        self.actor_params, self.critic_params, self.tau = actor, critics, tau
+
+    def with_actor(self, params: dict) -> NetsOn:
+        """The same networks, the actor on `params` (those its step differentiates)."""
+        return NetsOn(self, params, self.critic_params, self.tau)
 
     def actor(self, obs, deterministic: bool = False):
         return torch.func.functional_call(self.model.actor, self.actor_params,
                                           (obs, deterministic))
 
+    def target_actor(self, obs):
+        return self.model.target_actor(obs)
+
     def q(self, critics, obs, action):
         online = critics is self.model.critics
         return self.model.q(critics, obs, action, self.critic_params if online else None)
+
+    def randn_like(self, like):
+        """Standard normal draws shaped as `like` (TD3's target smoothing)."""
+        return torch.randn_like(like)
+
+    def alpha(self, log_alpha=None):
+        return self.model.alpha(log_alpha)
+
+    def soft_update(self):
+        """Move the targets `tau` of the way towards the online networks."""
+        with torch.no_grad():
+            for online, target in ((self.critic_params, self.model.target_critics),
+                                   (self.actor_params, self.model.target_actor)):
+                named = dict(target.named_parameters())
+                torch._foreach_lerp_([named[n] for n in online], list(online.values()),
+                                     self.tau)

@@ -37,11 +37,18 @@ from .rollout import PolicyBuffer, PolicyGroup, take
 
 
 def populated(cls) -> type:
-    """The population version of algorithm class `cls`; one line where it has none."""
+    """The population version of algorithm class `cls` (off-policy ones:
+    population_offpolicy.py); one line where it has none."""
+    from . import ALGORITHMS
+    from .offpolicy import OffPolicy
     if not getattr(cls, "populates", False):
-        raise GpusimError(f"config key 'trainer.population' applies to ppo and a2c; "
+        names = [name for name, c in ALGORITHMS.items() if getattr(c, "populates", False)]
+        raise GpusimError(f"config key 'trainer.population' applies to {', '.join(names)}; "
                           f"{cls.__name__.lower()} trains one member per process (run its "
                           "seeds as separate runs)")
+    if issubclass(cls, OffPolicy):
+        from .population_offpolicy import OffPolicyPopulation
+        return type(f"Population{cls.__name__}", (OffPolicyPopulation, cls), {})
     return type(f"Population{cls.__name__}", (Population, cls), {})
 
 

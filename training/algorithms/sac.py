@@ -8,6 +8,7 @@ alpha * log pi(a|s) - min Q(s, a) for a freshly sampled a; alpha is fixed
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from gpusim.config import require
 
@@ -19,6 +20,7 @@ from .offpolicy_networks import OffPolicyModel
 class SACConfig(OffPolicyConfig):
     sac_alpha: float | None = None  # the entropy weight (0: none); null tunes it towards an
                                     # entropy of -(action dims)
+    sweepable: ClassVar[tuple] = OffPolicyConfig.sweepable + ("sac_alpha",)
 
     def check(self):
         super().check()
@@ -39,6 +41,9 @@ class SAC(OffPolicy):
 
     def next_action(self, g, next_obs):
         return g.actor(next_obs)
+
+    def step_draws(self, actor_due: bool) -> int:
+        return 1 + actor_due  # the next action's sample, then the actor's
 
     def actor_loss(self, g, obs, alpha):
         action, log_prob = g.actor(obs)

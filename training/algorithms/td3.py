@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from gpusim.config import require
 
 from .ddpg import DDPG, DDPGConfig
@@ -33,10 +31,13 @@ class TD3(DDPG):
     num_critics = 2
 
     def next_action(self, g, next_obs):
-        action, _ = g.model.target_actor(next_obs)
-        noise = (torch.randn_like(action) * self.cfg.target_noise).clamp(-self.cfg.noise_clip,
+        action, _ = g.target_actor(next_obs)
+        noise = (g.randn_like(action) * self.cfg.target_noise).clamp(-self.cfg.noise_clip,
                                                                          self.cfg.noise_clip)
         return (action + noise).clamp(-1, 1), None
 
     def actor_due(self, g) -> bool:
         return g.updates % self.cfg.policy_delay == 0
+
+    def step_draws(self, actor_due: bool) -> int:
+        return 1  # the target smoothing

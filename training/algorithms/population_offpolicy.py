@@ -4,26 +4,24 @@ training.population).
 `populated(SAC)` is SAC with every member's networks stacked and its replicas
 side by side in one env (member k's are the k-th share). What changes against
 a solo run, and only that, is written here:
-- networks made from each member's seed (and settings), stacked
-  (`StackedOffPolicy`): online, targets and log-alpha; per member one Adam per
-  network, with its learning rate and clipping norm (StackedAdam's state, its
-  step taken in `_adam` under vmap);
-- one replay ring per member (`MemberReplays`: a solo run's, with its seed),
-  fed with its replicas' rows;
-- every random number a solo run draws from torch's generator (the uniform
-  actions before `learning_starts`, SAC's Gaussian samples, TD3's and DDPG's
-  noise) drawn, in the same order, from the member's own generator, which
-  starts where torch's stands after its networks are made;
-- one gradient step of every member at once: the solo step
+- networks made from each member's seed and settings, stacked
+  (`StackedOffPolicy`: online, targets, log-alpha); per member one Adam per
+  network with its rate and clipping norm (StackedAdam's state, stepped by
+  `_adam` under vmap);
+- one replay ring per member (`MemberReplays`: its solo run's, same seed);
+- every number a solo run draws from torch's generator (uniform actions
+  before `learning_starts`, SAC's Gaussian samples, TD3's and DDPG's noise)
+  drawn in the same order from the member's own generator, which starts where
+  torch's stands once its networks are made;
+- every member's gradient step at once: the solo step
   (OffPolicy._gradient_step) under torch.func.vmap over the members' slices,
-  its draws made beforehand and passed in (`MemberNets`), its Adam in place;
+  its draws made beforehand and passed in (`MemberNets`);
 - statistics and episode returns per member ("agent/m3");
-- a member whose loss or parameters stop being finite is put back to its
-  state before that update and frozen (learning rate and tau 0), with one
-  line; the others go on. Only when every member has diverged does the run stop;
+- a member whose loss or parameters stop being finite goes back to its state
+  before that update and is frozen (rate and tau 0), with one line; the
+  others go on (the run stops only when every member has diverged);
 - with `trainer.target_return`, a member that reaches it stops learning there.
-Members run uncompiled; prioritized replay keeps each member's priorities in
-its own ring.
+Members run uncompiled.
 """
 from __future__ import annotations
 
@@ -261,10 +259,10 @@ class OffPolicyPopulation:
         env.backend.check_fits(f"the population's replay buffers ({size} x "
                                f"{config.algo.replay_size:,} transitions per policy)",
                                size * config.algo.replay_size * row)
+        self.settings = [member_config(config, m) for m in self.members]  # solo configs
         self.member_nets, self.noise = [], []
-        for member in self.members:  # each made as a solo run of its seed makes them
+        for member, own in zip(self.members, self.settings):  # made as its solo run does
             torch.manual_seed(member.seed)
-            own = member_config(config, member)
             self.member_nets.append({name: self.model_for(own, spec)
                                      for name, spec in env.policy_specs.items()})
             self.noise.append(noise_generator(member.seed, env.device))
@@ -277,9 +275,8 @@ class OffPolicyPopulation:
                                       for name, spec in env.policy_specs.items()})
         self.alive = [True] * size     # still learning
         self.finished = [False] * size  # reached trainer.target_return
-        settings = [member_config(config, m) for m in self.members]
-        self.member_lr = torch.tensor([c.trainer.lr for c in settings], device=device)
-        self.tau_base = torch.tensor([c.algo.tau for c in settings], device=device)
+        self.member_lr = torch.tensor([c.trainer.lr for c in self.settings], device=device)
+        self.tau_base = torch.tensor([c.algo.tau for c in self.settings], device=device)
         self.tau = self.tau_base.clone()
         first = next(iter(env.policy_specs))
         self.bonus = torch.tensor([float(nets[first].entropy_bonus)
@@ -295,8 +292,7 @@ class OffPolicyPopulation:
         model = StackedOffPolicy(nets).to(env.device)
         model.generators = self.noise
         parts = model.parts()
-        norms = torch.tensor([member_config(self.config, m).algo.max_grad_norm
-                              for m in self.members], device=env.device)
+        norms = torch.tensor([c.algo.max_grad_norm for c in self.settings], device=env.device)
 
         def adam(params: dict):
             return StackedAdam(list(params.values()), torch.zeros(len(self.members),
@@ -320,7 +316,7 @@ class OffPolicyPopulation:
         learning = self.env_steps + t.steps_per_iteration > self.cfg.learning_starts
         steps = self.gradient_steps_per_iteration() if learning else 0
         alive = torch.tensor(self.alive, dtype=torch.float32, device=self.env.device)
-        rates = self.member_lr * (lr / t.lr) * alive  # the loop's schedule scales each member's rate
+        rates = self.member_lr * (lr / t.lr) * alive  # the loop's schedule, scaled per member
         self.tau.copy_(self.tau_base * alive)  # a frozen member's targets stay too
         before = [self._group_state(g) for g in self.groups] if steps else None
         totals = []

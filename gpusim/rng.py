@@ -57,7 +57,7 @@ def _splitmix64(x):
     return z ^ (z >> uint64(31))
 
 
-@numba.njit
+@numba.njit(cache=True)  # (host-side: compiled once, then loaded from the cache)
 def _seed_streams(out, seed, env_offset):
     num_envs, num_agents = out.shape[0], out.shape[1]
     base = _splitmix64(uint64(seed))

@@ -155,9 +155,6 @@ def test_populations_of_what_is_not_batched_are_refused():
     with pytest.raises(GpusimError, match="recurrent"):
         Trainer(config("cartpole", **{"trainer.population": 2, "policy.recurrent": "gru",
                                       "policy.bptt_len": 4}), env_class("cartpole"))
-    with pytest.raises(GpusimError, match="applies to ppo and a2c"):
-        Trainer(config("pendulum", **{"trainer.population": 2, "trainer.algorithm": "sac"}),
-                env_class("pendulum"))
 
 
 def test_statistics_across_seeds_follow_their_formulas():
@@ -242,6 +239,22 @@ def test_a_member_that_reaches_the_target_stops_learning_there(capsys):
     for k, weights in frozen.items():
         now = [p[k] for p in trainer.algorithm.groups[0].model.parameters()]
         assert all(torch.equal(a, b) for a, b in zip(now, weights))
+
+
+def test_the_members_still_learning_train_as_their_solo_runs_once_one_stops():
+    """On the CPU the update leaves a member that stopped learning out: the others' steps
+    are still those of their solo runs, and the stopped member's weights stay put."""
+    trainer = Trainer(config("cartpole", **{"trainer.population": 3}), env_class("cartpole"))
+    algorithm = trainer.algorithm
+    got = iterations(trainer, 1)
+    algorithm.finish(0, 1)
+    params = list(algorithm.groups[0].model.parameters())
+    stopped = [p[0].clone() for p in params]
+    got += iterations(trainer, 2)
+    assert algorithm.learning.tolist() == [1, 2]
+    assert all(torch.equal(p[0], saved) for p, saved in zip(params, stopped))
+    for k in (1, 2):
+        assert_member_is_solo(got, solo("cartpole", k, 3), "one stopped", f"m{k}")
 
 
 def test_members_train_on_their_rows_in_play():

@@ -137,6 +137,19 @@ def test_small_work_runs_one_thread_and_large_work_every_core():
     assert (mixed.rollout_torch, mixed.update_torch, mixed.numba) == (1, 2, 1)
 
 
+def test_a_populations_batched_update_takes_every_core_from_smaller_work():
+    """A population's update products are batched over its members: a second thread pays
+    from POPULATION_PARALLEL_MACS, far below one product's threshold; its rollout keeps
+    one product's."""
+    work = Work(rollout_macs=2 ** 20, update_macs=threads.POPULATION_PARALLEL_MACS)
+    assert plan(2, work, environ={}).update_torch == 1  # one run: too small
+    population = plan(2, Work(rollout_macs=2 ** 20, update_macs=work.update_macs,
+                              members=8), environ={})
+    assert (population.rollout_torch, population.update_torch) == (1, 2)
+    small = Work(update_macs=threads.POPULATION_PARALLEL_MACS - 1, members=8)
+    assert plan(2, small, environ={}).update_torch == 1
+
+
 def test_the_users_counts_win_over_the_work():
     small = Work()
     p = plan(4, small, environ={"OMP_NUM_THREADS": "3", "NUMBA_NUM_THREADS": "2"})

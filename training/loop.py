@@ -149,7 +149,7 @@ class Trainer:
                 stopping = self._train_one(stop["requested"])
                 if stopping:
                     raise Stopped(self.iteration)
-                if self.solved():
+                if self.solved() or self.none_learning():
                     break
         return self.summary()
 
@@ -170,7 +170,8 @@ class Trainer:
             self.logger.log(self.metrics(stats, seconds, lr))
         self._finish_members()
         if self.iteration % self.config.trainer.checkpoint_every == 0 or stopping \
-                or self.solved() or self.iteration == self.num_iterations:
+                or self.solved() or self.none_learning() \
+                or self.iteration == self.num_iterations:
             state = self.state_dict()  # collective: every rank takes part
             if self.logger is not None:
                 self.logger.checkpoint(self.iteration, state)
@@ -231,6 +232,11 @@ class Trainer:
         if hasattr(self.algorithm, "finished"):
             return all(self.algorithm.finished)
         return self._reached(self.recent)
+
+    def none_learning(self) -> bool:
+        """A population whose members all stopped learning (each reached the target or
+        diverged): nothing is left to train."""
+        return not any(getattr(self.algorithm, "alive", (True,)))
 
     def _reached(self, names) -> bool:
         target = self.config.trainer.target_return

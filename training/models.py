@@ -84,10 +84,21 @@ class MLP(nn.Sequential):
     def forward(self, x):
         for layer in self:
             if isinstance(layer, nn.Linear):
-                x = F.linear(x, layer.weight, layer.bias)
+                x = linear(x, layer.weight, layer.bias)
             else:
                 x = ACTIVATION_FNS[type(layer)](x)
         return x
+
+
+def linear(x, weight, bias):
+    """F.linear; with a population's stacked weights (members, out, in) and biases
+    (members, out), every member's layer on its own rows x (members, ..., in) as one
+    batched product (training.population.StackedPolicy)."""
+    if weight.dim() == 2:
+        return F.linear(x, weight, bias)
+    rows = x.reshape(x.shape[0], -1, x.shape[-1])
+    out = torch.baddbmm(bias.unsqueeze(1), rows, weight.transpose(1, 2))
+    return out.reshape(x.shape[:-1] + (weight.shape[1],))
 
 
 def mlp(sizes, activation, out_gain):
@@ -140,6 +151,7 @@ def make_model(spec, policy_config, critic_dim: int | None = None) -> nn.Module:
 class ActorCritic(nn.Module):
     """Separate actor and critic MLPs; the actor's logits are split per action component."""
     state_size = 0  # no recurrent state (RecurrentActorCritic has one)
+    members_lead = True  # its methods take a population's leading member dim as it is
 
     def __init__(self, obs_dim: int, action_nvec, hidden_sizes, activation="tanh",
                  critic_dim: int | None = None):
@@ -189,6 +201,7 @@ class GaussianActorCritic(nn.Module):
     the Gaussian's (that of the squashed one has no closed form).
     """
     state_size = 0
+    members_lead = True  # (as ActorCritic's; its own parameters broadcast per member)
 
     def __init__(self, obs_dim: int, low, high, hidden_sizes, activation="tanh",
                  state_dependent_std: bool = False, log_std_init: float = 0.0,
@@ -226,7 +239,7 @@ class GaussianActorCritic(nn.Module):
 
     def log_prob(self, mean, log_std, raw) -> torch.Tensor:
         """log-density of the env's action center + half_range * tanh(raw)."""
-        return tanh_gaussian_log_prob(mean, log_std, raw) - torch.log(self.half_range).sum()
+        return tanh_gaussian_log_prob(mean, log_std, raw) - torch.log(self.half_range).sum(-1)
 
     def sample(self, obs: torch.Tensor, deterministic: bool = False, noise=None):
         """Acting (training.actors): (raw action, its log-prob, the env's action

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from gpusim.scale.threads import Work
 
+from . import population
+
 
 def largest_layer(spec, hidden_sizes) -> int:
     """Multiply-adds per row of a policy network's largest layer (actor or critic)."""
@@ -37,4 +39,5 @@ def run_work(config, env) -> Work:
         rollout = max(rollout, rows * layer)
         update = max(update, update_rows(config, rows) * layer)
     return Work(rollout_macs=rollout, update_macs=update,
-                env_obs_values=env.num_envs * env.num_agents * env.obs_dim)
+                env_obs_values=env.num_envs * env.num_agents * env.obs_dim,
+                members=population.size(t))

@@ -22,6 +22,11 @@ from dataclasses import dataclass
 # multiply-adds in one layer call (256 wide x 16,384 rows, 512 x 4,096, 1024 x 1,024);
 # below 2**26 it never did (x0.4 to x1.0), and in between it depends on the shapes.
 TORCH_PARALLEL_MACS = 2 ** 30
+# A population's update multiplies every member's layer at once (one batched product,
+# which torch splits between threads by member) and runs each elementwise step over every
+# member's rows: a second thread gained x1.7 on the products and x1.8 on tanh from 2
+# members x 512 rows x 64x64 (2**22 multiply-adds; benchmarks/population.py).
+POPULATION_PARALLEL_MACS = 2 ** 22
 # numba's env step gains from a second thread (x1.9) at 64 tag_continuous replicas
 # (500k observation values written per step, 7 ms a step on one thread); 16 replicas
 # (125k) and cartpole's steps (up to 65k at 16,384 replicas) did not gain.
@@ -35,6 +40,7 @@ class Work:
     update_macs: int = 0       # ... in a training chunk
     env_obs_values: int = 0    # observation values one env step writes (replicas x agents
                                # x obs size): the env kernel's work, roughly
+    members: int = 1           # a population's members: its update's products are batched
 
 
 @dataclass(frozen=True)
@@ -61,18 +67,20 @@ def plan(cores: int, work: Work | None = None, torch_threads: int = 0,
     omp, numba_env = user_count("OMP_NUM_THREADS", environ), \
         user_count("NUMBA_NUM_THREADS", environ)
 
-    def for_torch(macs: int) -> int:
+    def for_torch(macs: int, least: int = TORCH_PARALLEL_MACS) -> int:
         if torch_threads:
             return torch_threads
         if omp is not None:
             return min(omp, cores)
-        return cores if macs >= TORCH_PARALLEL_MACS else 1
+        return cores if macs >= least else 1
 
     numba = min(numba_env, cores) if numba_env is not None else \
         cores if work.env_obs_values >= NUMBA_PARALLEL_OBS_VALUES else 1
     torch_why = "trainer.torch_threads" if torch_threads else \
         "OMP_NUM_THREADS" if omp is not None else "the work"
     return ThreadPlan(rollout_torch=for_torch(work.rollout_macs),
-                      update_torch=for_torch(work.update_macs), numba=numba,
+                      update_torch=for_torch(work.update_macs, POPULATION_PARALLEL_MACS
+                                             if work.members > 1 else TORCH_PARALLEL_MACS),
+                      numba=numba,
                       why=f"{cores} cores; torch from {torch_why}, numba from "
                           f"{'NUMBA_NUM_THREADS' if numba_env is not None else 'the work'}")

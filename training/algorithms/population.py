@@ -30,9 +30,9 @@ from gpusim.errors import GpusimError
 from .. import losses, population
 from ..acceleration import MaybeCompiled
 from ..episodes import EpisodeTracker
+from ..losses import normalized
 from ..models import make_model
 from ..population import StackedAdam, StackedPolicy
-from ..losses import normalized
 from .rollout import PolicyBuffer, PolicyGroup, take
 
 
@@ -97,6 +97,7 @@ class Population:
         self.coefs = torch.stack([self._per_member(k) for k in ("clip_coef", "ent_coef",
                                                                 "vf_coef")], 1)
         self._member_units = {}
+        self.learning = None  # the members the update runs (None: all)
 
     @staticmethod
     def _noise_generator(seed: int, device) -> torch.Generator:
@@ -169,7 +170,8 @@ class Population:
         if self.static_steps:
             return units, active.float()
         out_of_play = (~active[units]).to(torch.int8)
-        most = int((1 - out_of_play).sum(0).max())  # the update's one host read
+        learning = out_of_play if self.learning is None else out_of_play[:, self.learning]
+        most = int((1 - learning).sum(0).max())  # the update's one host read
         if most < self.cfg.num_minibatches:
             return units, active.float()
         first_in_play = torch.sort(out_of_play, dim=0, stable=True).indices[:most]
@@ -203,45 +205,72 @@ class Population:
 
     def _minibatch_step(self, g: PolicyGroup, rows, advantages, returns, active=None):
         """One gradient step of every member on its own rows (rows: (picks, members)):
-        each member's PPO loss under vmap, their sum differentiated once (a member's
-        gradient is its own loss's), then each member's clipped Adam step."""
-        cfg, count = self.cfg, rows.shape[0]
+        every member's PPO loss at once (its rows leading with its member dim, its
+        coefficients), their sum differentiated once (a member's gradient is its own
+        loss's), then each member's clipped Adam step."""
+        cfg, count, learning = self.cfg, rows.shape[0], self.learning
         cols = rows.t()  # (members, picks)
+        coefs = self.coefs
+        if learning is not None:  # only the members still learning
+            cols, coefs = cols[learning], coefs[learning]
         batch = g.buffer.rows(cols.reshape(-1))
 
         def split(x):
             return None if x is None else x.reshape(cols.shape + x.shape[1:])
         weights = None if active is None else take(active, cols)
+        total = count if weights is None else weights.sum(-1, keepdim=True).clamp_min(1.0)
+        adv = take(advantages, cols)
+        if cfg.norm_adv and count > 1:
+            adv = normalized(adv, weights, total, dim=-1)
         inputs = (split(batch["obs"]), split(batch["actions"]), split(batch["mask"]),
-                  split(batch["critic_obs"]), split(batch["log_probs"]), split(batch["values"]),
-                  take(advantages, cols), take(returns, cols), weights, self.coefs)
-        params, buffers = g.model.stacked()
-        forward = g.model.calls["forward"]
-        autocast = self.precision.autocast
-
-        def member(p, b, obs, actions, mask, critic, old_log_prob, old_value, adv, ret,
-                   weight, coefs):
-            total = count if weight is None else weight.sum().clamp_min(1.0)
-            if cfg.norm_adv and count > 1:
-                adv = normalized(adv, weight, total)
-            named = ({f"net.{n}": x for n, x in p.items()}, {f"net.{n}": x for n, x in b.items()})
-            with autocast():
-                new = torch.func.functional_call(forward, named, (obs, actions, mask, critic))
-            return losses.ppo_objective(new, old_log_prob, old_value, adv, ret, weight,
-                                        coefs[0], cfg.clip_vloss, coefs[1], coefs[2])
-        dims = tuple(None if x is None else 0 for x in inputs)
-        stats, loss = torch.func.vmap(member, in_dims=(0, 0) + dims)(params, buffers, *inputs)
+                  split(batch["critic_obs"]))
+        with self.precision.autocast():
+            new = self._members_forward(g, inputs, learning)
+        clip, ent, vf = coefs.unbind(1)
+        stats, loss = losses.ppo_objective(new, split(batch["log_probs"]),
+                                           split(batch["values"]), adv, take(returns, cols),
+                                           weights, clip, cfg.clip_vloss, ent, vf, dim=-1)
         g.optimizer.zero_grad()
         loss.sum().backward()
         g.optimizer.step()
-        return stats
+        if learning is None:
+            return stats
+        return stats.new_zeros((len(self.members),) + stats.shape[1:]).index_copy_(
+            0, learning, stats)
+
+    @staticmethod
+    def _members_forward(g: PolicyGroup, inputs: tuple, learning=None):
+        """The training pass of every member on its rows (inputs (members, picks, ...)), or
+        of the members `learning` (their indices) on theirs."""
+        model = g.model
+        params, buffers = model.stacked()
+        if learning is not None:
+            params = {n: t[learning] for n, t in params.items()}
+            buffers = {n: t[learning] for n, t in buffers.items()}
+        if model.direct:
+            return model.lead("forward", *inputs,
+                              tensors=list(params.values()) + list(buffers.values()))
+        named = ({f"net.{n}": x for n, x in params.items()},
+                 {f"net.{n}": x for n, x in buffers.items()})
+
+        def member(p, b, *xs):
+            return torch.func.functional_call(model.calls["forward"], (p, b), xs)
+        dims = tuple(None if x is None else 0 for x in inputs)
+        return torch.func.vmap(member, in_dims=(0, 0) + dims)(*named, *inputs)
 
     # ---- statistics, divergence and checkpoints -----------------------------------------
     def _statistics(self) -> dict:
         """The update (eagerly, or its graph replayed), then per member its statistics; a
         member that diverged in it goes back to its weights before it, and is frozen."""
         before = [self._group_state(g) for g in self.groups]
-        self.update_graph()
+        # on the CPU the update leaves the members no longer learning out (in static
+        # steps every member runs, those at rate 0 standing still)
+        self.learning = None if self.static_steps or all(self.alive) else torch.tensor(
+            [k for k, alive in enumerate(self.alive) if alive], device=self.env.device)
+        if any(self.alive):
+            self.update_graph()
+        else:  # (the loop ends after this iteration)
+            self.update_stats.zero_()
         values = self.update_stats.tolist()  # (policies, members, statistics)
         finite = self._finite_members()
         for k, member in enumerate(self.members):

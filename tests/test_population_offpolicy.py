@@ -196,3 +196,25 @@ def test_a_population_checkpoints_resumes_and_evaluates_every_member(tmp_path):
 def train_resume(run_dir, total_steps):
     from gpusim import train
     return train.main(["--resume", str(run_dir), "--total_steps", str(total_steps), "--quiet"])
+
+
+def test_a_checkpoint_of_another_population_size_is_refused_in_one_line():
+    def trainer(size):
+        return Trainer(config("pendulum", "td3", **{"trainer.population": size}),
+                       env_class("pendulum"))
+    two = trainer(2)
+    iterations(two, 2)
+    state = two.state_dict()
+    three = trainer(3)
+    with pytest.raises(GpusimError, match="no policy 'agent/m2'") as caught:
+        three.load_state_dict(state)
+    assert "\n" not in str(caught.value)
+    with pytest.raises(GpusimError, match="holds 2 population members; this run has 3"):
+        three.algorithm.load_state_dict(state["algorithm"])
+    again = trainer(2)  # the same size resumes: every member's networks and generators
+    again.load_state_dict(state)
+    for mine, saved in zip(again.algorithm.groups[0].model.parameters(),
+                           two.algorithm.groups[0].model.parameters()):
+        assert torch.equal(mine, saved)
+    assert all(torch.equal(a.get_state(), b.get_state())
+               for a, b in zip(again.algorithm.noise, two.algorithm.noise))

@@ -17,7 +17,8 @@ peak GPU memory torch allocated in it:
 - cartpole's recipe on the GPU and on 2 CPU cores;
 - A2C at 16,000 replicas x rollout 100: it trains, or stops with one error line;
 - (with --only) env throughput of every env, tag_continuous with 1,024 agents per replica,
-  PPO and SAC with bf16 and fp32.
+  PPO and SAC with bf16 and fp32, and populations (`--only population cartpole`): 64
+  cartpole seeds in one process beside one, 16 simple_spread MAPPO seeds beside one.
 `--dry-run` checks, without a GPU, that every step's script, env and backend
 exists and that its arguments parse (training commands resolve their whole
 config; scripts are asked for --help and must know every flag given;
@@ -91,6 +92,15 @@ STEPS = [
     *(Step(f"SAC pendulum {p}", "train",
            train("--env", "pendulum", "--algorithm", "sac", "--set", f"trainer.precision={p}",
                  steps=20_000), 45, default=False) for p in ("bf16", "fp32")),
+    # populations (--only population): 64 cartpole seeds against "cartpole, GPU" (one), and
+    # 16 simple_spread MAPPO seeds against one, the same budget per member
+    Step("population: cartpole x64, GPU", "train",
+         train("--env", "cartpole", "--backend", "numba", "--set", "trainer.population=64"),
+         120, default=False),
+    *(Step(f"population: simple_spread MAPPO x{n}, GPU", "train",
+           train("--env", "simple_spread", "--backend", "numba", "--set", "policy.critic=central",
+                 "--set", f"trainer.population={n}", steps=320_000), 120 if n > 1 else 60,
+           default=False) for n in (16, 1)),
 ]
 SWEEP = (1000, 4000, 16000)
 SWEEP_SECONDS = 2.0

@@ -56,10 +56,10 @@ class TrainerConfig:
                                    # policies (python -m gpusim.evaluate); 0: none
     target_return: float | None = None  # stop once every policy's mean return over the
                                         # last 100 finished episodes reaches this
-    torch_threads: int = 0         # CPU: the learner's threads (0: all the process's cores);
-                                   # numba's env kernels get the rest (gpusim.scale.device)
-    population: int | dict = 1     # ppo/a2c: members trained side by side in one process: a
-                                   # number of seeds (seed, seed + 1, ...), or a sweep
+    torch_threads: int = 0         # CPU: the learner's threads (0: chosen from the work,
+                                   # gpusim.scale.threads)
+    population: int | dict = 1     # members trained side by side in one process: a number
+                                   # of seeds (seed, seed + 1, ...), or a sweep
                                    # {lr: [3e-4, 1e-3], ent_coef: [0.0, 0.01]} (training.population)
     seeds_per_setting: int = 1     # with a sweep: seeds per combination of its values
 

@@ -122,6 +122,18 @@ def setting(member: Member, key: str, trainer, algo) -> float:
     return float(getattr(trainer if key == "lr" else algo, key))
 
 
+def noise_generator(seed: int, device) -> torch.Generator:
+    """The generator a solo run of `seed` draws its noise from: torch's own, as it stands
+    after the run made its networks (on the CPU, where making them draws from it) or as
+    seeded (on a GPU)."""
+    generator = torch.Generator(device=device)
+    if device.type == "cpu":
+        generator.set_state(torch.get_rng_state())
+    else:
+        generator.manual_seed(seed)
+    return generator
+
+
 # ---- the members' networks as one computation ----------------------------------------------
 class _Call(nn.Module):
     """Calls one method of the network it holds (functional_call runs `forward` only)."""

@@ -25,7 +25,8 @@ TORCH_PARALLEL_MACS = 2 ** 30
 # A population's update multiplies every member's layer at once (one batched product,
 # which torch splits between threads by member) and runs each elementwise step over every
 # member's rows: a second thread gained x1.7 on the products and x1.8 on tanh from 2
-# members x 512 rows x 64x64 (2**22 multiply-adds; benchmarks/population.py).
+# members x 512 rows x 64x64 (2**22 multiply-adds), and x1.1-1.15 on a whole run of 8
+# cartpole members (one-off timings, docs/benchmarks.md "Populations").
 POPULATION_PARALLEL_MACS = 2 ** 22
 # numba's env step gains from a second thread (x1.9) at 64 tag_continuous replicas
 # (500k observation values written per step, 7 ms a step on one thread); 16 replicas

@@ -32,7 +32,7 @@ from ..acceleration import MaybeCompiled
 from ..episodes import EpisodeTracker
 from ..losses import normalized
 from ..models import make_model
-from ..population import StackedAdam, StackedPolicy
+from ..population import StackedAdam, StackedPolicy, noise_generator
 from .rollout import PolicyBuffer, PolicyGroup, take
 
 
@@ -77,7 +77,7 @@ class Population:
             torch.manual_seed(member.seed)
             self.member_nets.append({name: make_model(spec, config.policy, state_dim)
                                      for name, spec in env.policy_specs.items()})
-            noise.append(self._noise_generator(member.seed, env.device))
+            noise.append(noise_generator(member.seed, env.device))
         # members run uncompiled: one batched call each is what compiling would buy
         super().__init__(replace(config, trainer=replace(t, compile="off")), env, context,
                          timer)
@@ -98,18 +98,6 @@ class Population:
                                                                 "vf_coef")], 1)
         self._member_units = {}
         self.learning = None  # the members the update runs (None: all)
-
-    @staticmethod
-    def _noise_generator(seed: int, device) -> torch.Generator:
-        """The generator a solo run of `seed` draws its exploration noise from: torch's own,
-        as it stands after the run made its networks (on the CPU, where making them draws
-        from it) or as seeded (on a GPU)."""
-        generator = torch.Generator(device=device)
-        if device.type == "cpu":
-            generator.set_state(torch.get_rng_state())
-        else:
-            generator.manual_seed(seed)
-        return generator
 
     def _per_member(self, key: str) -> torch.Tensor:
         return torch.tensor([population.setting(m, key, self.config.trainer, self.cfg)

@@ -40,24 +40,12 @@ from .. import population
 from ..actors import Actors, UniformPolicy
 from ..episodes import EpisodeTracker
 from ..members import member_config
-from ..population import StackedAdam, StackedPolicy
+from ..population import StackedAdam, StackedPolicy, noise_generator
 from ..replay import Batch, ReplayBuffer
 from .offpolicy import OffPolicyGroup, Optimizers
 from .offpolicy_networks import NetsOn
 
 ADAM_EPS = 1e-8  # training.acceleration.adam's, a solo run's
-
-
-def noise_generator(seed: int, device) -> torch.Generator:
-    """The generator a solo run of `seed` draws its noise from: torch's own, as it stands
-    after the run made its networks (on the CPU, where making them draws from it) or as
-    seeded (on a GPU)."""
-    generator = torch.Generator(device=device)
-    if device.type == "cpu":
-        generator.set_state(torch.get_rng_state())
-    else:
-        generator.manual_seed(seed)
-    return generator
 
 
 def _draws(generators: list, shape: tuple, uniform: bool = False) -> torch.Tensor:

@@ -20,12 +20,13 @@ from __future__ import annotations
 import copy
 import itertools
 import math
+import sys
 from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
 
-from gpusim.errors import ConfigError
+from gpusim.errors import ConfigError, GpusimError
 
 # What may differ between members: settings the batched update takes per member. The
 # rest shapes the batched computation (networks, sizes) or the env, the same for all.
@@ -132,6 +133,49 @@ def noise_generator(seed: int, device) -> torch.Generator:
     else:
         generator.manual_seed(seed)
     return generator
+
+
+# ---- the members' lives: learning, finished, or frozen after diverging ---------------------
+class MemberLives:
+    """Mixed into a population algorithm that has `members`, `alive`, `finished`, `groups`
+    and `_tensors(group)` (every tensor of a policy's training state, members leading)."""
+
+    def _group_state(self, g) -> list:
+        return [t.detach().clone() for t in self._tensors(g)]
+
+    def _freeze_diverged(self, values: list, before: list):
+        """A member whose statistics (`values`: policies x members x statistics) or
+        parameters stopped being finite goes back to its state `before` this update and is
+        frozen, with one line; the others go on. Raises once every member has diverged."""
+        checks = [p.reshape(p.shape[0], -1).isfinite().all(1)
+                  for g in self.groups for p in g.model.parameters()]
+        finite = torch.stack(checks).all(0).tolist()  # one host read
+        for k, member in enumerate(self.members):
+            stats_finite = all(math.isfinite(v) for policy in values for v in policy[k])
+            if self.alive[k] and not (finite[k] and stats_finite):
+                with torch.no_grad():
+                    for g, saved in zip(self.groups, before):
+                        for current, old in zip(self._tensors(g), saved):
+                            current[k].copy_(old[k])
+                self.alive[k] = False
+                alive = sum(self.alive)
+                print(f"gpusim: population member {member.name} (seed {member.seed}, "
+                      f"{member.label}) diverged (a loss or parameter not finite): frozen at "
+                      f"its weights before this update; {alive} member"
+                      f"{'s' if alive != 1 else ''} go on", file=sys.stderr, flush=True)
+        if not any(self.alive) and not any(self.finished):
+            raise GpusimError("every member of the population diverged: lower trainer.lr (or "
+                              "the swept lr values) or check the env's rewards")
+
+    def finish(self, k: int, iteration: int):
+        """Member k reached the target return: it stops learning there (frozen), as its
+        solo run would have stopped; its policy keeps acting, so its returns go on."""
+        if self.alive[k]:
+            self.alive[k], self.finished[k] = False, True
+            member = self.members[k]
+            print(f"population member {member.name} (seed {member.seed}, {member.label}) "
+                  f"reached the target return at iteration {iteration}: it stops learning "
+                  f"there; {sum(self.alive)} still learning", flush=True)
 
 
 # ---- the members' networks as one computation ----------------------------------------------

@@ -20,8 +20,6 @@ play, weighted 0); in static steps (on a GPU) on every row, as a solo run.
 """
 from __future__ import annotations
 
-import math
-import sys
 
 import torch
 
@@ -32,7 +30,7 @@ from ..acceleration import MaybeCompiled
 from ..episodes import EpisodeTracker
 from ..losses import normalized
 from ..models import make_model
-from ..population import StackedAdam, StackedPolicy, noise_generator
+from ..population import MemberLives, StackedAdam, StackedPolicy, noise_generator
 from .rollout import PolicyBuffer, PolicyGroup, take
 
 
@@ -52,7 +50,7 @@ def populated(cls) -> type:
     return type(f"Population{cls.__name__}", (Population, cls), {})
 
 
-class Population:
+class Population(MemberLives):
     """Mixed in before PPO (or A2C): see the module."""
 
     def __init__(self, config, env, context, timer):
@@ -260,54 +258,15 @@ class Population:
         else:  # (the loop ends after this iteration)
             self.update_stats.zero_()
         values = self.update_stats.tolist()  # (policies, members, statistics)
-        finite = self._finite_members()
-        for k, member in enumerate(self.members):
-            if self.alive[k] and (not finite[k] or not all(
-                    math.isfinite(v) for policy in values for v in policy[k])):
-                self._freeze(k, before)
-        if not any(self.alive) and not any(self.finished):
-            raise GpusimError("every member of the population diverged: lower trainer.lr (or "
-                              "the swept lr values) or check the env's rewards")
+        self._freeze_diverged(values, before)
         return {f"{g.name}/{m.name}": dict(zip(self.stats, values[i][k]))
                 for i, g in enumerate(self.groups) for k, m in enumerate(self.members)
                 if self.alive[k]}
-
-    def finish(self, k: int, iteration: int):
-        """Member k reached the target return: it stops learning there (frozen), as its
-        solo run would have stopped; its policy keeps acting, so its returns go on."""
-        if self.alive[k]:
-            self.alive[k], self.finished[k] = False, True
-            member = self.members[k]
-            print(f"population member {member.name} (seed {member.seed}, {member.label}) "
-                  f"reached the target return at iteration {iteration}: it stops learning "
-                  f"there; {sum(self.alive)} still learning", flush=True)
-
-    def _finite_members(self) -> list:
-        """Per member, whether all its parameters are finite (one host read)."""
-        checks = [p.reshape(p.shape[0], -1).isfinite().all(1)
-                  for g in self.groups for p in g.model.parameters()]
-        return torch.stack(checks).all(0).tolist()
-
-    def _freeze(self, k: int, before: list):
-        member = self.members[k]
-        with torch.no_grad():
-            for g, state in zip(self.groups, before):
-                for current, saved in zip(self._tensors(g), state):
-                    current[k].copy_(saved[k])
-        self.alive[k] = False
-        alive = sum(self.alive)
-        print(f"gpusim: population member {member.name} (seed {member.seed}, {member.label}) "
-              f"diverged (a loss or parameter not finite): frozen at its weights before this "
-              f"update; {alive} member{'s' if alive != 1 else ''} go on", file=sys.stderr,
-              flush=True)
 
     @staticmethod
     def _tensors(g: PolicyGroup) -> list:
         opt = g.optimizer
         return list(g.model.parameters()) + opt.exp_avg + opt.exp_avg_sq + [opt.step_count]
-
-    def _group_state(self, g: PolicyGroup) -> list:
-        return [t.detach().clone() for t in self._tensors(g)]
 
     def state_dict(self) -> dict:
         return {"models": {g.name: g.model.state_dict() for g in self.groups},

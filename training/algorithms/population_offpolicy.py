@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import math
-import sys
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -40,7 +38,7 @@ from .. import population
 from ..actors import Actors, UniformPolicy
 from ..episodes import EpisodeTracker
 from ..members import member_config
-from ..population import StackedAdam, StackedPolicy, noise_generator
+from ..population import MemberLives, StackedAdam, StackedPolicy, noise_generator
 from ..replay import Batch, ReplayBuffer
 from .offpolicy import OffPolicyGroup, Optimizers
 from .offpolicy_networks import NetsOn
@@ -230,7 +228,7 @@ def _adam(params, grads, step, exp_avg, exp_avg_sq, lr, max_grad_norm, betas=(0.
         p.sub_(torch.where(lr > 0, change, torch.zeros_like(change)))
 
 
-class OffPolicyPopulation:
+class OffPolicyPopulation(MemberLives):
     """Mixed in before SAC, TD3 or DDPG: see the module."""
 
     def __init__(self, config, env, context, timer):
@@ -352,48 +350,12 @@ class OffPolicyPopulation:
         return self._gradient_step(descent, view, *batch, due, nets=nets)
 
     # ---- divergence, the target return and checkpoints ------------------------------
-    def _freeze_diverged(self, values: list, before: list):
-        """A member whose statistics or parameters stopped being finite goes back to its
-        state before this update and is frozen; the others go on."""
-        checks = [p.reshape(p.shape[0], -1).isfinite().all(1)
-                  for g in self.groups for p in g.model.parameters()]
-        finite = torch.stack(checks).all(0).tolist()
-        for k, member in enumerate(self.members):
-            stats_finite = all(math.isfinite(v) for policy in values for v in policy[k])
-            if self.alive[k] and not (finite[k] and stats_finite):
-                with torch.no_grad():
-                    for g, saved in zip(self.groups, before):
-                        for current, old in zip(self._tensors(g), saved):
-                            current[k].copy_(old[k])
-                self.alive[k] = False
-                alive = sum(self.alive)
-                print(f"gpusim: population member {member.name} (seed {member.seed}, "
-                      f"{member.label}) diverged (a loss or parameter not finite): frozen at "
-                      f"its weights before this update; {alive} member"
-                      f"{'s' if alive != 1 else ''} go on", file=sys.stderr, flush=True)
-        if not any(self.alive) and not any(self.finished):
-            raise GpusimError("every member of the population diverged: lower trainer.lr (or "
-                              "the swept lr values) or check the env's rewards")
-
-    def finish(self, k: int, iteration: int):
-        """Member k reached the target return: it stops learning there (frozen), as its
-        solo run would have stopped; its policy keeps acting, so its returns go on."""
-        if self.alive[k]:
-            self.alive[k], self.finished[k] = False, True
-            member = self.members[k]
-            print(f"population member {member.name} (seed {member.seed}, {member.label}) "
-                  f"reached the target return at iteration {iteration}: it stops learning "
-                  f"there; {sum(self.alive)} still learning", flush=True)
-
     @staticmethod
     def _tensors(g: OffPolicyGroup) -> list:
         out = list(g.model.parameters())
         for opt in g.optimizer.by_name.values():
             out += opt.exp_avg + opt.exp_avg_sq + [opt.step_count]
         return out
-
-    def _group_state(self, g: OffPolicyGroup) -> list:
-        return [t.detach().clone() for t in self._tensors(g)]
 
     def state_dict(self) -> dict:
         return dict(super().state_dict(), noise_rngs=[g.get_state() for g in self.noise],

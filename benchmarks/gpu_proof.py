@@ -11,7 +11,8 @@ peak GPU memory torch allocated in it:
 - the `gpu`-marked tests (CUDA graphs captured and matching the eager steps among them);
 - benchmarks/train_throughput.py at 1,000 and 4,000 replicas (A2C [256, 256], rollout 100):
   gpusim with CUDA graphs vs WarpDrive 2.7.1 where it is installed, and the learner limit;
-  `--profile`: launches per env step;
+  `--profile`: launches per env step; beside the defaults, rows out of play weighed 0 (the
+  update one graph) and 262,144-row chunks;
 - the mission's command, `--env tag_continuous --auto_scale`, whole: search, training and
   evaluation; and the recipe at a fixed sweep of replicas (1k to 16k), to hold the pick against;
 - cartpole's recipe on the GPU and on 2 CPU cores;
@@ -49,6 +50,8 @@ GPU_TEST_FILES = ("tests/test_gpu.py", "tests/test_cuda_c_gpu.py")
 ENV_REPLICAS = (1000, 16000)
 GPU_BACKENDS = ("numba", "cuda_c")
 TAG_1024 = dict(num_taggers=24, num_runners=1000)
+VARIANTS = ["--variant", "trainer.out_of_play=weigh",
+            "--variant", "trainer.max_minibatch_rows=262144"]
 
 
 @dataclass
@@ -68,12 +71,15 @@ def train(*args, steps: int | None = None) -> list:
 STEPS = [
     Step("gpu tests, CUDA graphs", "pytest", ["-q", "-x", "-m", "gpu", "tests/test_gpu.py",
                                              "-k", "graph"], 90),
+    # 5 timed iterations of rollout 100: one whole 500-step episode of every replica (they
+    # run in step), so the rows out of play, which the update leaves out, are a cycle's;
+    # beside the default: rows out of play weighed 0 (one update graph), and larger chunks
     Step("train throughput vs WarpDrive, 1,000", "script",
-         ["train_throughput.py", "--num_envs", "1000", "--iterations", "3", "--profile",
-          "--eager_too", "--skip", "recipe", "auto_scale"], 130),
+         ["train_throughput.py", "--num_envs", "1000", "--iterations", "5", "--profile",
+          "--eager_too", "--skip", "recipe", "auto_scale", *VARIANTS], 180),
     Step("train throughput, 4,000", "script",
-         ["train_throughput.py", "--num_envs", "4000", "--iterations", "3",
-          "--skip", "warpdrive", "recipe", "auto_scale", "limit"], 60),
+         ["train_throughput.py", "--num_envs", "4000", "--iterations", "5",
+          "--skip", "warpdrive", "recipe", "auto_scale", "limit", *VARIANTS], 120),
     Step("mission: tag_continuous --auto_scale", "train",
          ["--env", "tag_continuous", "--auto_scale"], 200),
     Step("tag_continuous recipe, fixed sweep", "sweep", [], 60),

@@ -12,7 +12,10 @@ rollout 100) for both systems. Rows:
 - gpusim auto-scaled (`--auto_scale`, objective throughput) from that recipe;
 - the learner limit: the same MLP shapes timed alone on the same device (a
   rollout forward and an A2C update per agent-step), as env-steps/s, and each
-  gpusim row's share of it.
+  gpusim row's share of it; on a GPU also with both replayed as CUDA graphs
+  (the share is of the faster);
+- `--variant KEY=VALUE,...`: per size, another gpusim A2C row with those config
+  settings (`trainer.out_of_play=weigh`, `trainer.max_minibatch_rows=262144`).
 Each row trains one warm-up iteration, then times `--iterations` more, and
 prints env-steps/s end to end with its time split. `--profile` adds, for each
 gpusim row, one more iteration under torch.profiler: per phase (rollout,
@@ -44,10 +47,11 @@ from phase_profile import print_profile, profile_iteration
 from gpusim.backends import cuda_works
 from gpusim.envs import env_class
 from gpusim.scale.device import DeviceContext
-from gpusim.training.acceleration import resolve_precision
+from gpusim.training.acceleration import adam, resolve_precision
 from gpusim.training.autoscale import auto_scale, measure_training
 from gpusim.training.config import load_run_config
 from gpusim.training.models import ActorCritic
+from gpusim.training.graphs import StepGraph
 from gpusim.training.loop import Trainer
 
 ENV = "tag_continuous"
@@ -55,9 +59,10 @@ ENV_CONFIG = {"num_taggers": 10, "num_runners": 100}
 HIDDEN = (256, 256)
 
 
-def a2c_config(num_envs: int, rollout_len: int, backend: str, graphs: str = "auto"):
-    """The side-by-side training config, as gpusim's run config."""
-    return load_run_config(ENV, env_class(ENV), overrides={
+def a2c_config(num_envs: int, rollout_len: int, backend: str, graphs: str = "auto",
+               sets: list | None = None):
+    """The side-by-side training config, as gpusim's run config (`sets`: KEY=VALUE more)."""
+    return load_run_config(ENV, env_class(ENV), sets=sets, overrides={
         "trainer.backend": backend, "trainer.algorithm": "a2c", "trainer.update_epochs": 1,
         "trainer.cuda_graphs": graphs,
         "trainer.num_minibatches": 1, "trainer.num_envs": num_envs,
@@ -164,13 +169,16 @@ def warpdrive_env_config(env_cls) -> dict:
 
 
 # ---- the learner's limit ----------------------------------------------------------------
-def learner_limit(device: torch.device, precision: str, rows: int, repeats: int = 5) -> dict:
+def learner_limit(device: torch.device, precision: str, rows: int, repeats: int = 5,
+                  graphs: bool = False) -> dict:
     """Env-steps/s the learner alone allows: per agent-step one rollout forward and one
-    A2C update row (forward, backward, Adam) of the same MLP shapes."""
+    A2C update row (forward, backward, Adam) of the same MLP shapes; `graphs`: each of
+    the two replayed as a CUDA graph (Adam capturable, as gpusim's graphed update)."""
     env = env_class(ENV)(num_envs=1, backend="cpu", config=env_class(ENV).config_class.load(
         **ENV_CONFIG))
     model = ActorCritic(env.obs_dim, env.action_nvec, HIDDEN, "relu").to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-4, eps=1e-5)
+    optimizer = adam(model.parameters(), 3e-4, eps=1e-5,
+                     capturable_on=device if graphs else None)
     autocast = resolve_precision(precision, device).autocast
     obs = torch.randn((rows, env.obs_dim), device=device)
     actions = torch.stack([torch.randint(0, n, (rows,), device=device)
@@ -189,10 +197,15 @@ def learner_limit(device: torch.device, precision: str, rows: int, repeats: int 
         torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
         optimizer.step()
 
-    per_row = {name: timed(fn, device, repeats) / rows for name, fn in
-               (("forward", forward), ("update", update))}
+    steps = {"forward": forward, "update": update}
+    if graphs:
+        for name, fn in steps.items():
+            steps[name] = StepGraph(fn, f"the learner limit's {name}", True)
+            steps[name]()  # eagerly (Adam's state), then captured
+    per_row = {name: timed(fn, device, repeats) / rows for name, fn in steps.items()}
     seconds_per_env_step = env.num_agents * (per_row["forward"] + per_row["update"])
-    return {"system": "learner limit", "config": f"a2c {list(HIDDEN)}, {rows:,} rows",
+    return {"system": "learner limit",
+            "config": f"a2c {list(HIDDEN)}, {rows:,} rows{', CUDA graphs' if graphs else ''}",
             "num_envs": None, "rollout_len": None,
             "env_steps_per_s": round(1 / seconds_per_env_step, 1),
             "split": {k: round(v / sum(per_row.values()), 3) for k, v in per_row.items()}}
@@ -220,7 +233,8 @@ def show(row: dict, limit: float | None, gpu: bool):
 
 def print_row(row: dict, limit: float | None):
     split = ", ".join(f"{k} {v:.0%}" for k, v in row["split"].items())
-    same_shapes = row["system"] == "gpusim" and row["config"] == "a2c"  # the limit's model
+    same_shapes = row["system"] == "gpusim" and row["config"].split(",")[0] == "a2c" \
+        and "policy." not in row["config"]  # the limit's model
     share = f"{row['env_steps_per_s'] / limit:6.1%}" if limit and same_shapes else "      "
     envs = "" if row["num_envs"] is None else f"{row['num_envs']:>6} x {row['rollout_len']:<4}"
     print(f"{row['system']:<14} {row['config']:<28} {envs:<13} "
@@ -242,6 +256,9 @@ def main(argv=None) -> int:
                              "per phase (one more iteration, under torch.profiler)")
     parser.add_argument("--eager_too", action="store_true",
                         help="on a GPU, also each size with trainer.cuda_graphs off")
+    parser.add_argument("--variant", action="append", default=[], metavar="KEY=VALUE,...",
+                        help="also, per size, a gpusim A2C row with these config settings "
+                             "(e.g. trainer.out_of_play=weigh); may be given again")
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args(argv)
 
@@ -259,14 +276,21 @@ def main(argv=None) -> int:
     rows = []
     limit = None
     if "limit" not in args.skip:
-        rows.append(learner_limit(device, "auto", args.limit_rows or (1 << 20 if gpu else 16384)))
-        limit = rows[-1]["env_steps_per_s"]
-        print_row(rows[-1], None)
+        for graphs in (False, True) if gpu else (False,):
+            rows.append(learner_limit(device, "auto", args.limit_rows
+                                      or (1 << 20 if gpu else 16384), graphs=graphs))
+            print_row(rows[-1], None)
+        limit = max(r["env_steps_per_s"] for r in rows)  # the best the MLPs reach
     why_no_warpdrive = warpdrive_unavailable()
     for num_envs in sizes:
         rows.append(gpusim_row("a2c", a2c_config(num_envs, args.rollout_len, args.backend),
                                context, args.iterations, args.profile))
         show(rows[-1], limit, gpu)
+        for variant in args.variant:
+            rows.append(gpusim_row(f"a2c, {variant}", a2c_config(
+                num_envs, args.rollout_len, args.backend, sets=variant.split(",")), context,
+                args.iterations))
+            show(rows[-1], limit, gpu)
         if args.eager_too and gpu:
             rows.append(gpusim_row("a2c, no CUDA graphs", a2c_config(
                 num_envs, args.rollout_len, args.backend, "off"), context, args.iterations))

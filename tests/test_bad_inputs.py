@@ -152,6 +152,8 @@ CLI_ROWS = [
      "'trainer.compile' must be one of"),
     ("zero minibatch rows", CARTPOLE + ["--set", "trainer.max_minibatch_rows=0"], {}, 2,
      "'trainer.max_minibatch_rows' must be at least 1"),
+    ("unknown out_of_play", CARTPOLE + ["--set", "trainer.out_of_play=drop"], {}, 2,
+     "'trainer.out_of_play' must be one of"),
     ("too many minibatches", CARTPOLE + SMALL + ["--set", "trainer.num_minibatches=1000"], {},
      2, "must not exceed num_envs x rollout_len"),
     ("unknown trainer key", CARTPOLE + ["--set", "trainer.bogus=1"], {}, 2,

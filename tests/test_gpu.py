@@ -98,22 +98,36 @@ def graph_trainer(env, graphs, backend="numba", **overrides):
     return Trainer(config, cls)
 
 
+TAG_SMALL = {"env.num_taggers": 2, "env.num_runners": 5, "env.num_other_agents_observed": 4}
+
+
 @pytest.mark.parametrize("env,overrides", [
     ("cartpole", {}),
-    ("tag_continuous", {"env.num_taggers": 2, "env.num_runners": 5,
-                        "env.num_other_agents_observed": 4}),
+    ("tag_continuous", {**TAG_SMALL, "trainer.out_of_play": "weigh"}),  # one update graph
+    ("tag_continuous", TAG_SMALL),  # rows out of play left out: graphed minibatch chunks
     ("cartpole", {"policy.recurrent": "gru", "policy.bptt_len": 8})])
 def test_graphed_training_captures_and_matches_eager(env, overrides):
     """The graphs capture (no fallback), and replaying them trains as the eager steps do."""
-    stats = []
+    stats, chunked = [], None
     for graphs in ("on", "off"):
         trainer = graph_trainer(env, graphs, **overrides)
-        trainer.algorithm.static_steps = True  # the eager run takes the same (static) steps
+        algorithm = trainer.algorithm
+        if graphs == "on":
+            chunked = algorithm.chunked
+        elif chunked:  # the eager run takes the same steps: chunks, or one static update
+            algorithm.chunk_minibatches()
+        else:
+            algorithm.static_steps = True
         torch.manual_seed(0)
         stats.append([trainer.iterate(1e-3) for _ in range(4)])
         if graphs == "on":
-            assert trainer.algorithm.rollout_graph.graph is not None
-            assert trainer.algorithm.update_graph.graph is not None
+            assert algorithm.rollout_graph.graph is not None
+            if chunked:
+                assert all(g.chunked.chunk_graph.graph is not None
+                           and g.chunked.step_graph.graph is not None for g in algorithm.groups)
+            else:
+                assert algorithm.update_graph.graph is not None
+    assert chunked == (overrides == TAG_SMALL)
     for on, off in zip(*stats):
         for name in off:
             for key in ("value_loss", "entropy", "approx_kl"):

@@ -159,3 +159,80 @@ def test_static_and_compacted_updates_learn_the_same():
         for key in ("value_loss", "entropy"):
             assert results[0][name][key] == pytest.approx(results[1][name][key], rel=0.2), \
                 (name, key)
+
+
+# ---- per-agent done on a CUDA device: the update eager, its minibatch chunks graphed -------
+def chunked(case, overrides):
+    trainer = make_with(case, overrides)
+    trainer.algorithm.chunk_minibatches()  # what PPO does on a CUDA device with per-agent done
+    return trainer
+
+
+def make_with(case, overrides):
+    env, base = CASES[case]
+    return static_trainer(env, {**base, **overrides})
+
+
+TAG_CASE = "ppo, per-agent done, continuous, two policies"
+
+
+def test_chunked_update_trains_as_the_compacted_eager_update():
+    """Rows out of play left out either way; the chunked step pads its last chunk with rows
+    weighing 0 (chunks of 7 rows: most minibatches end in a partial chunk). Three updates
+    give the same statistics and parameters as the eager chunks (`_minibatch_step`)."""
+    results = []
+    for make_trainer in (make_with, chunked):
+        trainer = make_trainer(TAG_CASE, {"trainer.max_minibatch_rows": 7})
+        trainer.algorithm.static_steps = False  # as on the CPU: rows out of play left out
+        torch.manual_seed(0)
+        stats = [trainer.iterate(1e-3) for _ in range(3)]
+        params = {n: torch.cat([p.detach().reshape(-1) for p in m.parameters()])
+                  for n, m in trainer.algorithm.models().items()}
+        results.append((stats, params))
+    (eager_stats, eager), (chunk_stats, chunks) = results
+    for name in eager:
+        assert torch.allclose(eager[name], chunks[name], atol=1e-6), name
+    for before, after in zip(eager_stats, chunk_stats):
+        for name in ("tagger", "runner"):
+            for key in ("policy_loss", "value_loss", "entropy", "approx_kl"):
+                assert before[name][key] == pytest.approx(after[name][key], rel=1e-5,
+                                                          abs=1e-7), (name, key)
+
+
+def test_chunk_steps_and_optimizer_steps_repeat_with_no_host_read():
+    """What the chunked update replays (a chunk step, an optimizer step) runs the same
+    operations on the same shapes at every call, reading nothing on the host."""
+    trainer = chunked(TAG_CASE, {"trainer.max_minibatch_rows": 5})
+    calls = []
+    for g in trainer.algorithm.groups:
+        for graph in (g.chunked.chunk_graph, g.chunked.step_graph):
+            def recorded(step=graph.step, key=(g.name, graph.what)):
+                with Recorder() as recorder, counting_host_reads() as python_reads:
+                    step()
+                calls.append((key, recorder.ops, python_reads["reads"]))
+            graph.step = recorded
+    trainer.iterate(trainer.config.trainer.lr)
+    keys = {key for key, _, _ in calls}
+    assert len(keys) == 4  # per policy: its chunk step and its optimizer step
+    for key in keys:
+        runs = [(ops, reads) for k, ops, reads in calls if k == key]
+        assert len(runs) >= 2 and all(run == runs[0] for run in runs), key
+        assert runs[0][1] == 0 and not host_reads(runs[0][0]), key
+
+
+def test_out_of_play_weigh_trains_every_row():
+    """`trainer.out_of_play: weigh` keeps the rows out of play in the update (weight 0)."""
+    counts = {}
+    for choice in ("skip", "weigh"):
+        trainer = make_with(TAG_CASE, {"trainer.out_of_play": choice})
+        trainer.algorithm.static_steps = False
+        buf = trainer.algorithm.groups[1].buffer
+        for _ in range(50):  # until a runner is caught
+            trainer.algorithm.collect(0)
+            if not buf.active.all():
+                break
+        units, weights = trainer.algorithm._units(buf)
+        counts[choice] = (units.shape[0], weights is None)
+        in_play = int(buf.active.sum())
+    assert counts["skip"] == (in_play, True)
+    assert counts["weigh"] == (buf.active.numel(), False) and in_play < buf.active.numel()

@@ -52,6 +52,7 @@ def populated(cls) -> type:
 
 class Population(MemberLives):
     """Mixed in before PPO (or A2C): see the module."""
+    chunks_graphs = False  # every member's minibatch is one batched step (_minibatch_step)
 
     def __init__(self, config, env, context, timer):
         from dataclasses import replace
@@ -153,7 +154,7 @@ class Population(MemberLives):
         if self.env.agent_active_array is None:
             return units, None
         active = buf.active.reshape(-1)
-        if self.static_steps:
+        if not self._leaves_out_of_play():
             return units, active.float()
         out_of_play = (~active[units]).to(torch.int8)
         learning = out_of_play if self.learning is None else out_of_play[:, self.learning]

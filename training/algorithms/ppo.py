@@ -41,6 +41,7 @@ from ..graphs import StepGraph
 from ..losses import normalized
 from ..models import make_model
 from .base import Algorithm
+from .chunks import ChunkedStep
 from .rollout import (PolicyBuffer, PolicyGroup, Rollout, TruncationBootstrap, buffer_bytes,
                       take)
 
@@ -50,6 +51,7 @@ from .rollout import (PolicyBuffer, PolicyGroup, Rollout, TruncationBootstrap, b
 # 7,000-20,000 steps in a run, so `compile: auto` compiles from this many
 # (docs/benchmarks.md, "compile: auto for PPO").
 CPU_COMPILE_MIN_STEPS = 20_000
+OUT_OF_PLAY = ("auto", "skip", "weigh")
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,11 @@ class PPOConfig:
     norm_adv: bool = True          # normalise advantages per minibatch
     max_minibatch_rows: int = 65536  # rows per forward/backward chunk of a minibatch: bounds
                                      # activation memory; chunk gradients are accumulated
+    out_of_play: str = "auto"      # per-agent done: rows of agents out of play are left out
+                                   # of the update (skip: one host read per update; on a CUDA
+                                   # device each minibatch chunk a replayed graph) or trained
+                                   # with weight 0 (weigh: on a CUDA device the whole update
+                                   # one graph); auto: skip
     # every policy key applies (training.config.check_policy_keys)
     policy_keys: ClassVar[frozenset] = frozenset(
         ("hidden_sizes", "activation", "state_dependent_std", "log_std_init", "recurrent",
@@ -75,6 +82,8 @@ class PPOConfig:
             require(getattr(self, key) >= 1, f"trainer.{key}", "must be at least 1")
         require(0 <= self.gae_lambda <= 1, "trainer.gae_lambda", "must lie in [0, 1]")
         require(self.clip_coef > 0, "trainer.clip_coef", "must be positive")
+        require(self.out_of_play in OUT_OF_PLAY, "trainer.out_of_play",
+                f"must be one of {OUT_OF_PLAY}")
         for key in ("vf_coef", "ent_coef", "max_grad_norm"):
             require(getattr(self, key) >= 0, f"trainer.{key}", "must be >= 0")
 
@@ -114,6 +123,7 @@ class PPO(Rollout, Algorithm):
     auto_scales = True
     captures_graphs = True
     populates = True  # trainer.population (training.algorithms.population)
+    chunks_graphs = True  # a population batches its members' steps its own way
 
     def __init__(self, config, env, context, timer):
         super().__init__(config, env, context, timer)
@@ -140,6 +150,9 @@ class PPO(Rollout, Algorithm):
         self.check_models_fit(networks=2)  # an actor and a critic
         self.groups = [self._policy_group(name, spec)
                        for name, spec in env.policy_specs.items()]
+        self.chunked = False
+        if self._chunks_in_graphs():
+            self.chunk_minibatches()
         self.actors = Actors(env, {g.name: g.model for g in self.groups},
                              wrap=lambda fn, what: MaybeCompiled(fn, what, self.compile_acting))
         self.bootstrap = TruncationBootstrap(env, t.rollout_len, t.gamma, self.central,
@@ -148,10 +161,28 @@ class PPO(Rollout, Algorithm):
         # On a CUDA device the rollout and the update are each one CUDA graph, replayed; what
         # the update returns comes out through `update_stats` (training.graphs)
         self.rollout_graph = StepGraph(self._collect, "the rollout", self.use_graphs, timer)
-        self.update_graph = StepGraph(self._update_all, "the update",
-                                      self.use_graphs and not self.distributed, timer)
+        self.update_graph = StepGraph(self._update_all, "the update", self.use_graphs
+                                      and not self.distributed and not self.chunked, timer)
         self.update_stats = torch.zeros((len(self.groups), len(self.stats)), device=env.device)
         self.orders = {}  # policy name -> (update_epochs, units) minibatch orders, drawn ahead
+
+    def _chunks_in_graphs(self) -> bool:
+        """Whether minibatches go through graphed fixed-size chunks (training.algorithms.
+        chunks): with CUDA graphs, per-agent done and rows out of play left out, outside
+        DDP (which all-reduces inside the step) and recurrent sequences."""
+        return (self.use_graphs and self.chunks_graphs and not self.distributed
+                and self.env.agent_active_array is not None and not self.bptt_len
+                and self.cfg.out_of_play != "weigh")
+
+    def chunk_minibatches(self):
+        """Per-agent done on a CUDA device: the update leaves rows out of play out (a host
+        read per update), so it runs eagerly, each minibatch's fixed-size chunks and its
+        optimizer step replayed graphs (training.algorithms.chunks)."""
+        self.chunked, self.static_steps = True, False
+        for g in self.groups:
+            g.chunked = ChunkedStep(g, self.cfg.max_minibatch_rows, self._loss,
+                                    self.cfg.max_grad_norm, len(self.stats), self.use_graphs,
+                                    self.timer)
 
     def steps_fuse(self) -> bool:
         """Whether a compiled minibatch step is one fused call (training.fused): not under
@@ -233,7 +264,8 @@ class PPO(Rollout, Algorithm):
             return g.value(own) if memory is None else g.value(own, memory)
 
     def warming_up(self) -> bool:
-        return self.rollout_graph.warming_up() or self.update_graph.warming_up()
+        return self.rollout_graph.warming_up() or self.update_graph.warming_up() or any(
+            g.chunked.warming_up() for g in self.groups if g.chunked is not None)
 
     # ---- update --------------------------------------------------------------------
     def update(self, lr: float) -> dict:
@@ -302,6 +334,9 @@ class PPO(Rollout, Algorithm):
         cfg = self.cfg
         steps = rows.shape[1] if rows.dim() == 2 else 1
         chunk = max(1, min(rows.shape[0], cfg.max_minibatch_rows // steps))
+        if g.chunked is not None:
+            adv, weights, total = self._advantages(rows, advantages, active)
+            return g.chunked(rows, adv, take(returns, rows), weights, total)
         if g.fused is not None and chunk == rows.shape[0]:
             stats = g.fused(rows, advantages, returns, active)
             if stats is not None:
@@ -396,6 +431,9 @@ class PPO(Rollout, Algorithm):
         self.shuffle.set_state(state["shuffle_rng"])
         self.rollout_graph.drop()  # the optimizers' state tensors are new: capture again
         self.update_graph.drop()
+        for g in self.groups:
+            if g.chunked is not None:
+                g.chunked.drop()
 
     @classmethod
     def acting_model(cls, config, env, spec):

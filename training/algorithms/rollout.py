@@ -85,6 +85,7 @@ class PolicyGroup:
                                   # (log-prob, entropy, value)
     buffer: PolicyBuffer
     fused: FusedStep | None = None  # the whole minibatch step compiled (training.fused)
+    chunked: object = None  # the minibatch step as graphed chunks (algorithms.chunks)
 
     @property
     def continuous(self) -> bool:
@@ -269,6 +270,11 @@ class Rollout:
         rows = units[picked]
         return rows if self.bptt_len else rows[:, 0]
 
+    def _leaves_out_of_play(self) -> bool:
+        """Whether the update leaves rows out of play out (`out_of_play`), where it can: not in
+        a static update (one CUDA graph), which weighs them 0."""
+        return not self.static_steps and self.cfg.out_of_play != "weigh"
+
     def _units(self, buf: PolicyBuffer) -> tuple:
         """What minibatches are made of, as (units, steps) flat row indices: every row
         (steps 1), or every agent sequence of `bptt_len` steps; and the rows' weights
@@ -283,7 +289,7 @@ class Rollout:
         active = None if self.env.agent_active_array is None else buf.active.reshape(-1)
         weights = None if active is None else active.float()
         if not self.bptt_len:
-            if active is not None and not self.static_steps:
+            if active is not None and self._leaves_out_of_play():
                 in_play = active.nonzero()
                 if in_play.shape[0] >= self.cfg.num_minibatches:
                     return in_play, None

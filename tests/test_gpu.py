@@ -135,6 +135,29 @@ def test_graphed_training_captures_and_matches_eager(env, overrides):
                     (name, key)
 
 
+@pytest.mark.parametrize("algorithm", ["ddpg", "td3", "sac"])
+def test_graphed_gradient_steps_capture_and_match_eager(algorithm):
+    """Off-policy gradient steps replayed as graphs train as the same static steps run
+    eagerly: DDPG's step draws nothing, so it matches closely; TD3's and SAC's draw from
+    torch's generator, whose stream a replay advances as the eager steps do."""
+    stats = []
+    for graphs in ("on", "off"):
+        trainer = graph_trainer("pendulum", graphs, **{
+            "trainer.algorithm": algorithm, "trainer.learning_starts": 0,
+            "trainer.batch_size": 64, "trainer.num_envs": 16, "trainer.rollout_len": 4,
+            "trainer.replay_size": 10_000})
+        trainer.algorithm.static_steps = True  # the eager run takes the same steps
+        torch.manual_seed(0)
+        stats.append([trainer.iterate(1e-3)["agent"] for _ in range(4)])
+        if graphs == "on":
+            graphed = trainer.algorithm.groups[0].graphs
+            assert graphed and all(graph.graph is not None for graph in graphed.values())
+    tolerance = 1e-3 if algorithm == "ddpg" else 0.5
+    for on, off in zip(*stats):
+        for key in ("value_loss", "policy_loss"):
+            assert on[key] == pytest.approx(off[key], rel=tolerance, abs=1e-5), key
+
+
 def test_graphed_rollout_launches_once():
     """After warm-up a rollout is one graph launch: no kernel launched from Python."""
     trainer = graph_trainer("cartpole", "on")

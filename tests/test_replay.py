@@ -369,3 +369,25 @@ def io_round_trip(state):
     torch.save(state, data)
     data.seek(0)
     return torch.load(data, weights_only=True)
+
+
+# ---- a static sample (a gradient step replayed as a CUDA graph) ---------------------------
+def test_a_static_sample_is_uniform_over_the_rows_held_when_it_runs():
+    """`sample_static` reads the held count on the device, so the same step samples a
+    buffer that grew since it was written; each `draw_static` draws anew."""
+    replay = buffer(capacity=20)
+    replay.add(*transitions(range(4)))
+    replay.draw_static(2000)
+    first = replay.sample_static()
+    assert_rows_belong_together(first)
+    assert set(first.rewards.long().tolist()) == set(range(4))
+    assert torch.equal(first.weights, torch.ones(2000))
+    replay.add(*transitions(range(4, 10)))
+    grown = replay.sample_static()  # the same draws, over 10 rows now
+    assert set(grown.rewards.long().tolist()) == set(range(10))
+    histogram = torch.zeros(10)
+    for _ in range(20):
+        replay.draw_static(1000)
+        histogram += torch.bincount(replay.sample_static().rewards.long(), minlength=10)
+    assert chi_square_p(histogram, torch.full((10,), 0.1)) > P_VALUE
+    assert replay.sample_calls == 21

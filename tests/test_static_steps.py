@@ -15,7 +15,7 @@ from torch.utils._pytree import tree_leaves
 
 from gpusim.envs import env_class
 from gpusim.training.algorithms.ppo import PPO
-from gpusim.training.config import load_run_config
+from gpusim.training.config import load_run_config, recipe_path
 from gpusim.training.loop import Trainer
 
 from learning_envs import Legal
@@ -236,3 +236,38 @@ def test_out_of_play_weigh_trains_every_row():
         in_play = int(buf.active.sum())
     assert counts["skip"] == (in_play, True)
     assert counts["weigh"] == (buf.active.numel(), False) and in_play < buf.active.numel()
+
+
+# ---- off-policy: the gradient step (what a CUDA graph replays) ---------------------------
+@pytest.mark.parametrize("algorithm", ["sac", "td3", "ddpg"])
+def test_offpolicy_gradient_steps_repeat_with_no_host_read(algorithm):
+    """Consecutive gradient steps (per actor-due value: TD3 delays its actor) run the same
+    operations on the same shapes and read nothing on the host; the buffer's rows are
+    drawn into a fixed tensor before each, and each step trains."""
+    cls = env_class("pendulum")
+    config = load_run_config("pendulum", cls, path=recipe_path(cls, algorithm), overrides={
+        "trainer.backend": "cpu", "trainer.num_envs": 4, "trainer.rollout_len": 6,
+        "trainer.total_steps": 10**6, "trainer.torch_threads": 1, "trainer.compile": "off",
+        "trainer.algorithm": algorithm, "trainer.learning_starts": 0,
+        "trainer.batch_size": 16, "trainer.replay_size": 1000})
+    trainer = Trainer(config, cls)
+    algo = trainer.algorithm
+    algo.static_steps = True  # what it runs on a CUDA device
+    group = algo.groups[0]
+    calls = []
+    trainer.iterate(1e-3)  # the first static steps make their graphs
+    for due, graph in group.graphs.items():
+        def recorded(step=graph.step, due=due):
+            with Recorder() as recorder, counting_host_reads() as python_reads:
+                step()
+            calls.append((due, recorder.ops, python_reads["reads"]))
+        graph.step = recorded
+    before = [p.detach().clone() for p in group.model.critics.parameters()]
+    stats = trainer.iterate(1e-3)["agent"]
+    assert stats["value_loss"] > 0
+    assert any(not torch.equal(a, b) for a, b in zip(before, group.model.critics.parameters()))
+    assert set(group.graphs) == ({True, False} if algorithm == "td3" else {True})
+    for due in group.graphs:
+        runs = [(ops, reads) for d, ops, reads in calls if d == due]
+        assert len(runs) >= 2 and all(run == runs[0] for run in runs), due
+        assert runs[0][1] == 0 and not host_reads(runs[0][0]), due

@@ -72,6 +72,28 @@ def adam(params, lr: float, eps: float = 1e-8, capturable_on=None) -> torch.opti
                             fused=True, capturable=True)
 
 
+def plain_lr(optimizer_state: dict) -> dict:
+    """An optimizer's state dict with its learning rates as floats (a captured step keeps
+    them as device tensors), so checkpoints load on any device."""
+    for param_group in optimizer_state["param_groups"]:
+        param_group["lr"] = float(param_group["lr"])
+    return optimizer_state
+
+
+def load_keeping_lr(optimizer, state: dict):
+    """Load an optimizer's state, keeping its learning rate's kind (a float, or the device
+    tensor a captured step reads) with the loaded value."""
+    lr = optimizer.param_groups[0]["lr"]
+    optimizer.load_state_dict(state)
+    saved = float(optimizer.param_groups[0]["lr"])
+    for param_group in optimizer.param_groups:
+        param_group["lr"] = lr
+        if isinstance(lr, torch.Tensor):
+            lr.fill_(saved)
+        else:
+            param_group["lr"] = saved
+
+
 def compile_enabled(choice: str, device: torch.device, pays_on_cpu: bool = False,
                     graphs: bool = False) -> bool:
     """`auto`: compile on CUDA GPUs where the steps are not replayed as CUDA graphs (which

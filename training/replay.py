@@ -157,6 +157,8 @@ class ReplayBuffer:
 
         self.position = 0      # where the next row goes
         self.size = 0          # rows held: positions [0, size)
+        self.held = torch.zeros((), dtype=torch.long, device=self.device)  # size, on the device
+        self.draws = None      # a static sample's draws (draw_static)
         self.sample_calls = 0  # seeds the shard counts, identically on every rank
         self.row_generator = torch.Generator(device=self.device)
         self.row_generator.manual_seed(derived_seed("rows", self.seed, collectives.rank))
@@ -194,6 +196,7 @@ class ReplayBuffer:
             self.valid[positions] = True if valid is None else valid[n - kept:]
         self.position = (self.position + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
+        self.held.fill_(self.size)
 
     def update_priorities(self, index: torch.Tensor, priorities: torch.Tensor):
         """Set the priorities (|TD error|-like, >= 0; not checked, which would wait for the
@@ -264,6 +267,24 @@ class ReplayBuffer:
         index = self._draw(cdf, count)
         weights = (powered[index] / min_powered).pow(-beta).float()
         return self._batch(index, weights)
+
+    # ---- a static sample (a step replayed as a CUDA graph) --------------------------------
+    def draw_static(self, batch: int):
+        """Before a static step: `batch` draws for `sample_static` into a fixed tensor, from
+        the row generator (a graph replays only torch's default generator). A lone process's
+        uniform buffer with every row valid only."""
+        if self.draws is None or self.draws.shape[0] != batch:
+            self.draws = torch.empty(batch, dtype=torch.long, device=self.device)
+        torch.randint(1 << 62, (batch,), generator=self.row_generator, device=self.device,
+                      out=self.draws)
+        self.sample_calls += 1
+
+    def sample_static(self) -> Batch:
+        """Inside a static step: the rows of the last draws, uniform over the held rows read
+        on the device (`held`), so a replay samples what is held then (the modulo's bias is
+        below 2^-40)."""
+        index = self.draws % self.held
+        return self._batch(index, torch.ones(index.shape[0], device=self.device))
 
     def _powered(self) -> torch.Tensor:
         """Each held row's sampling mass: p^alpha (prioritized) or 1, and 0 out of play."""
@@ -380,6 +401,7 @@ class ReplayBuffer:
         for name in stored:
             getattr(self, name)[:size] = state[name].to(self.device)
         self.size, self.position = int(size), int(position)
+        self.held.fill_(self.size)
         self.sample_calls = int(state["sample_calls"])
         self.max_priority = torch.tensor(float(state["max_priority"]), device=self.device)
         if isinstance(state.get("valid"), torch.Tensor) and state["valid"].shape == (size,):

@@ -30,7 +30,7 @@ rank takes the same step and the models stay identical.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
@@ -38,9 +38,10 @@ import torch
 from gpusim.config import require
 from gpusim.errors import GpusimError
 
-from ..acceleration import MaybeCompiled, adam
+from ..acceleration import MaybeCompiled, adam, load_keeping_lr, plain_lr
 from ..actors import Actors
 from ..fused import EagerDescent, FusedStep
+from ..graphs import StepGraph
 from ..replay import LOCAL, ReplayBuffer, TorchCollectives
 from .base import Algorithm
 from .offpolicy_networks import NetsOn, OffPolicyModel
@@ -97,11 +98,11 @@ class Optimizers:
         return self.by_name[name]
 
     def state_dict(self) -> dict:
-        return {name: opt.state_dict() for name, opt in self.by_name.items()}
+        return {name: plain_lr(opt.state_dict()) for name, opt in self.by_name.items()}
 
     def load_state_dict(self, state: dict):
         for name, opt in self.by_name.items():
-            opt.load_state_dict(state[name])
+            load_keeping_lr(opt, state[name])
 
 
 @dataclass
@@ -115,6 +116,8 @@ class OffPolicyGroup:
     replay: ReplayBuffer
     updates: int = 0  # gradient steps taken (TD3 delays its actor by this count)
     fused: FusedStep | None = None  # the whole gradient step compiled (training.fused)
+    graphs: dict = field(default_factory=dict)  # static steps: actor due -> its StepGraph
+    step_stats: torch.Tensor | None = None      # what a static step's statistics go into
 
     @functools.cached_property
     def optimized(self) -> dict:
@@ -133,6 +136,8 @@ class OffPolicy(Algorithm):
     num_critics = 1
     stochastic = False  # a Gaussian actor (SAC) rather than a deterministic one
     populates = True  # trainer.population (training.algorithms.population_offpolicy)
+    captures_graphs = True  # the gradient step, where it is static (`graphs_supported`)
+    graphs_gradient_step = True  # a population steps its members its own way
 
     def __init__(self, config, env, context, timer):
         super().__init__(config, env, context, timer)
@@ -153,6 +158,27 @@ class OffPolicy(Algorithm):
                              wrap=lambda fn, what: MaybeCompiled(fn, what, self.compile_acting))
         self.explorers = Actors(env, {})  # uniformly random, before learning starts
         self.env_steps = 0
+
+    def graphs_supported(self, trainer) -> bool:
+        """The gradient step is static (a CUDA graph replays it) where its sample is: a lone
+        process's uniform replay, every row valid. Elsewhere it runs eagerly, and
+        `cuda_graphs: on` is refused in one line."""
+        why = self._why_not_static()
+        if why and trainer.cuda_graphs == "on":
+            raise GpusimError(f"config key 'trainer.cuda_graphs' on: {why}, so its gradient "
+                              "step is not captured (use auto or off)")
+        return why is None
+
+    def _why_not_static(self) -> str | None:
+        if not self.graphs_gradient_step:
+            return "a population samples each member's own ring"
+        if self.cfg.prioritized_replay:
+            return "prioritized replay samples in proportion to priorities over the held rows"
+        if self.env.agent_active_array is not None:
+            return "with per-agent done, the replay draws only rows in play"
+        if self.distributed:
+            return "several processes sample across their shards"
+        return None
 
     def compiling_pays_on_cpu(self) -> bool:
         """A run of at least CPU_COMPILE_MIN_STEPS gradient steps (after learning_starts)."""
@@ -177,10 +203,12 @@ class OffPolicy(Algorithm):
             for tensor in model.state_dict().values():
                 torch.distributed.broadcast(tensor, src=0)
         lr = self.config.trainer.lr
-        optimizers = Optimizers(actor=adam(model.actor.parameters(), lr),
-                                critic=adam(model.critics.parameters(), lr),
-                                alpha=adam([model.log_alpha], lr) if model.log_alpha.requires_grad
-                                else None)
+        device = env.device if self.use_graphs else None  # a captured step: capturable Adams
+        optimizers = Optimizers(actor=adam(model.actor.parameters(), lr, capturable_on=device),
+                                critic=adam(model.critics.parameters(), lr,
+                                            capturable_on=device),
+                                alpha=adam([model.log_alpha], lr, capturable_on=device)
+                                if model.log_alpha.requires_grad else None)
         replay = ReplayBuffer(cfg.replay_size, spec.obs_dim, (spec.action_width,), torch.float32,
                               env.device, prioritized=cfg.prioritized_replay,
                               alpha=cfg.priority_alpha, collectives=self.collectives,
@@ -253,8 +281,11 @@ class OffPolicy(Algorithm):
     def gradient_step(self, g: OffPolicyGroup) -> torch.Tensor:
         """One step of the critics towards r + gamma * (1 - terminated) * Q'(s', a'), and
         when due one step of the actor (and of SAC's alpha) and of the targets: one
-        compiled call where enabled, else eagerly. Returns the step's statistics."""
+        compiled call where enabled, or replayed as a CUDA graph (static steps), else eagerly.
+        Returns the step's statistics."""
         cfg = self.cfg
+        if self.static_steps:
+            return self._static_gradient_step(g)
         batch = g.replay.sample(cfg.batch_size, beta=cfg.priority_beta)
         g.updates += 1
         inputs = (batch.obs, batch.actions, batch.rewards, batch.next_obs, batch.terminated,
@@ -268,6 +299,34 @@ class OffPolicy(Algorithm):
         if cfg.prioritized_replay:
             g.replay.update_priorities(batch.index, td.abs().max(0).values)
         return stats
+
+    def _static_gradient_step(self, g: OffPolicyGroup) -> torch.Tensor:
+        """The gradient step as a StepGraph (one per actor-due value: TD3 alternates): its
+        batch drawn into a fixed tensor first, its statistics out through `step_stats`."""
+        g.updates += 1
+        actor_due = self.actor_due(g)
+        graph = g.graphs.get(actor_due)
+        if graph is None:
+            if g.step_stats is None:
+                g.step_stats = torch.zeros(len(self.stats), device=self.env.device)
+            graph = g.graphs[actor_due] = StepGraph(
+                functools.partial(self._static_step, g, actor_due),
+                f"policy {g.name!r}'s gradient step", self.use_graphs, self.timer)
+        g.replay.draw_static(self.cfg.batch_size)
+        graph()
+        return g.step_stats
+
+    def _static_step(self, g: OffPolicyGroup, actor_due: bool):
+        """What a static gradient step replays: sample (the drawn rows), step, statistics."""
+        batch = g.replay.sample_static()
+        stats, _ = self._gradient_step(EagerDescent(g.optimized, self.cfg.max_grad_norm), g,
+                                       batch.obs, batch.actions, batch.rewards, batch.next_obs,
+                                       batch.terminated, batch.weights, actor_due)
+        g.step_stats.copy_(stats)
+
+    def warming_up(self) -> bool:
+        """Whether a gradient step's graph is still to be captured (after learning starts)."""
+        return any(graph.warming_up() for g in self.groups for graph in g.graphs.values())
 
     def _gradient_step(self, descent, g: OffPolicyGroup, obs, actions, rewards, next_obs,
                        terminated, weights, actor_due: bool, nets: NetsOn | None = None):
@@ -366,6 +425,8 @@ class OffPolicy(Algorithm):
             g.model.load_state_dict(state["models"][g.name])
             g.optimizer.load_state_dict(state["optimizers"][g.name])
             g.updates = state["updates"][g.name]
+            for graph in g.graphs.values():  # the optimizers' state tensors are new
+                graph.drop()
 
     def rank_state_dict(self) -> dict:
         if not self.cfg.checkpoint_replay:

@@ -230,6 +230,7 @@ def _adam(params, grads, step, exp_avg, exp_avg_sq, lr, max_grad_norm, betas=(0.
 
 class OffPolicyPopulation(MemberLives):
     """Mixed in before SAC, TD3 or DDPG: see the module."""
+    graphs_gradient_step = False  # each member samples its own ring, under vmap
 
     def __init__(self, config, env, context, timer):
         t = config.trainer

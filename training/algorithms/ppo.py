@@ -34,7 +34,7 @@ from gpusim.config import require
 from gpusim.errors import GpusimError
 
 from .. import losses
-from ..acceleration import MaybeCompiled, adam
+from ..acceleration import MaybeCompiled, adam, load_keeping_lr, plain_lr
 from ..actors import Actors
 from ..fused import FusedStep
 from ..graphs import StepGraph
@@ -423,11 +423,7 @@ class PPO(Rollout, Algorithm):
         self.check_policies(state, "models", "optimizers")
         for g in self.groups:
             g.model.load_state_dict(state["models"][g.name])
-            lr = g.optimizer.param_groups[0]["lr"]  # a float, or a captured step's tensor
-            g.optimizer.load_state_dict(state["optimizers"][g.name])
-            saved = float(g.optimizer.param_groups[0]["lr"])
-            g.optimizer.param_groups[0]["lr"] = lr  # the same kind (and tensor) as before
-            self.set_lr(g.optimizer, saved)
+            load_keeping_lr(g.optimizer, state["optimizers"][g.name])
         self.shuffle.set_state(state["shuffle_rng"])
         self.rollout_graph.drop()  # the optimizers' state tensors are new: capture again
         self.update_graph.drop()
@@ -450,14 +446,6 @@ def no_buffer_sync() -> dict:
     if "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters:
         return {"forward_sync_buffers": False}
     return {"broadcast_buffers": False}
-
-
-def plain_lr(optimizer_state: dict) -> dict:
-    """An optimizer's state dict with its learning rates as floats (a captured step keeps
-    them as device tensors), so checkpoints load on any device."""
-    for param_group in optimizer_state["param_groups"]:
-        param_group["lr"] = float(param_group["lr"])
-    return optimizer_state
 
 
 class A2C(PPO):

@@ -123,8 +123,8 @@ def test_graphed_training_captures_and_matches_eager(env, overrides):
         if graphs == "on":
             assert algorithm.rollout_graph.graph is not None
             if chunked:
-                assert all(g.chunked.chunk_graph.graph is not None
-                           and g.chunked.step_graph.graph is not None for g in algorithm.groups)
+                assert all(graph.graph is not None for g in algorithm.groups
+                           for graph in g.chunked.graphs.values())
             else:
                 assert algorithm.update_graph.graph is not None
     assert chunked == (overrides == TAG_SMALL)

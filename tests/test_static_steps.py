@@ -200,20 +200,22 @@ def test_chunked_update_trains_as_the_compacted_eager_update():
 
 
 def test_chunk_steps_and_optimizer_steps_repeat_with_no_host_read():
-    """What the chunked update replays (a chunk step, an optimizer step) runs the same
-    operations on the same shapes at every call, reading nothing on the host."""
+    """What the chunked update replays (a value chunk, GAE, a minibatch chunk, an optimizer
+    step) runs the same operations on the same shapes at every call, reading nothing on
+    the host."""
     trainer = chunked(TAG_CASE, {"trainer.max_minibatch_rows": 5})
     calls = []
     for g in trainer.algorithm.groups:
-        for graph in (g.chunked.chunk_graph, g.chunked.step_graph):
+        for graph in g.chunked.graphs.values():
             def recorded(step=graph.step, key=(g.name, graph.what)):
                 with Recorder() as recorder, counting_host_reads() as python_reads:
                     step()
                 calls.append((key, recorder.ops, python_reads["reads"]))
             graph.step = recorded
-    trainer.iterate(trainer.config.trainer.lr)
+    for _ in range(2):  # (GAE runs once per update)
+        trainer.iterate(trainer.config.trainer.lr)
     keys = {key for key, _, _ in calls}
-    assert len(keys) == 4  # per policy: its chunk step and its optimizer step
+    assert len(keys) == 8  # per policy: value chunk, GAE, minibatch chunk, optimizer step
     for key in keys:
         runs = [(ops, reads) for k, ops, reads in calls if k == key]
         assert len(runs) >= 2 and all(run == runs[0] for run in runs), key

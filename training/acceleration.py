@@ -75,7 +75,7 @@ def adam(params, lr: float, eps: float = 1e-8, capturable_on=None) -> torch.opti
 def plain_lr(optimizer_state: dict) -> dict:
     """An optimizer's state dict with its learning rates as floats (a captured step keeps
     them as device tensors), so checkpoints load on any device."""
-    for param_group in optimizer_state["param_groups"]:
+    for param_group in optimizer_state.get("param_groups", ()):  # (a StackedAdam has none)
         param_group["lr"] = float(param_group["lr"])
     return optimizer_state
 
@@ -83,6 +83,9 @@ def plain_lr(optimizer_state: dict) -> dict:
 def load_keeping_lr(optimizer, state: dict):
     """Load an optimizer's state, keeping its learning rate's kind (a float, or the device
     tensor a captured step reads) with the loaded value."""
+    if not hasattr(optimizer, "param_groups"):  # a population's StackedAdam
+        optimizer.load_state_dict(state)
+        return
     lr = optimizer.param_groups[0]["lr"]
     optimizer.load_state_dict(state)
     saved = float(optimizer.param_groups[0]["lr"])

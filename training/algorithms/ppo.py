@@ -41,7 +41,7 @@ from ..graphs import StepGraph
 from ..losses import normalized
 from ..models import make_model
 from .base import Algorithm
-from .chunks import ChunkedStep
+from .chunks import ChunkedUpdate
 from .rollout import (PolicyBuffer, PolicyGroup, Rollout, TruncationBootstrap, buffer_bytes,
                       take)
 
@@ -179,10 +179,15 @@ class PPO(Rollout, Algorithm):
         read per update), so it runs eagerly, each minibatch's fixed-size chunks and its
         optimizer step replayed graphs (training.algorithms.chunks)."""
         self.chunked, self.static_steps = True, False
+        gamma = self.config.trainer.gamma
+
+        def gae(rewards, values, dones, next_value):
+            return losses.gae(rewards, values, dones, next_value, gamma, self._gae_lambda())
         for g in self.groups:
-            g.chunked = ChunkedStep(g, self.cfg.max_minibatch_rows, self._loss,
-                                    self.cfg.max_grad_norm, len(self.stats), self.use_graphs,
-                                    self.timer)
+            g.chunked = ChunkedUpdate(g, self.cfg.max_minibatch_rows, self._loss,
+                                      lambda g, obs: self._critic(g, obs, None), gae,
+                                      self.cfg.max_grad_norm, len(self.stats),
+                                      self.use_graphs, self.timer)
 
     def steps_fuse(self) -> bool:
         """Whether a compiled minibatch step is one fused call (training.fused): not under
@@ -302,9 +307,12 @@ class PPO(Rollout, Algorithm):
                 self._rollout_values(g, units[:, 0] if only_in_play else None)
             state = self.env.global_state() if self.central else None
             next_value = self.values(g, self.next_obs, state, self.actors.memory.get(g.name))
-            advantages, returns = losses.gae(buf.rewards, buf.values, buf.dones,
-                                             next_value.float(), self.config.trainer.gamma,
-                                             self._gae_lambda())
+            if g.chunked is not None:
+                advantages, returns = g.chunked.advantages_and_returns(next_value)
+            else:
+                advantages, returns = losses.gae(buf.rewards, buf.values, buf.dones,
+                                                 next_value.float(), self.config.trainer.gamma,
+                                                 self._gae_lambda())
         advantages, returns = advantages.reshape(-1), returns.reshape(-1)
         minibatch = units.shape[0] // cfg.num_minibatches
         if minibatch == 0:  # fewer sequences than minibatches: nothing to split

@@ -226,6 +226,9 @@ class Rollout:
                 states = None if buf.states is None else buf.states[part]
                 buf.values[part] = self._critic(g, buf.obs[part], states)
             return
+        if g.chunked is not None:  # its fixed-size chunks replayed as graphs
+            g.chunked.values(in_play)
+            return
         obs = buf.obs.view(-1, buf.obs.shape[-1])
         values = buf.values.view(-1).zero_()
         for first in range(0, in_play.shape[0], self.cfg.max_minibatch_rows):

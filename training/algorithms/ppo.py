@@ -158,8 +158,9 @@ class PPO(Rollout, Algorithm):
         self.bootstrap = TruncationBootstrap(env, t.rollout_len, t.gamma, self.central,
                                              self.actors.memory)
         self.shuffle = torch.Generator(device=env.device).manual_seed(t.seed)  # on the device
-        # On a CUDA device the rollout and the update are each one CUDA graph, replayed; what
-        # the update returns comes out through `update_stats` (training.graphs)
+        # On a CUDA device the rollout and the update are each one CUDA graph, replayed (the
+        # update's parts instead where it is chunked); what the update returns comes out
+        # through `update_stats` (training.graphs)
         self.rollout_graph = StepGraph(self._collect, "the rollout", self.use_graphs, timer)
         self.update_graph = StepGraph(self._update_all, "the update", self.use_graphs
                                       and not self.distributed and not self.chunked, timer)
@@ -176,8 +177,9 @@ class PPO(Rollout, Algorithm):
 
     def chunk_minibatches(self):
         """Per-agent done on a CUDA device: the update leaves rows out of play out (a host
-        read per update), so it runs eagerly, each minibatch's fixed-size chunks and its
-        optimizer step replayed graphs (training.algorithms.chunks)."""
+        read per update), so it runs eagerly around replayed graphs of fixed shapes (the
+        value pass's chunks, GAE, each minibatch's chunks and its optimizer step:
+        training.algorithms.chunks)."""
         self.chunked, self.static_steps = True, False
         gamma = self.config.trainer.gamma
 

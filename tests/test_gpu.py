@@ -137,8 +137,8 @@ def test_graphed_training_captures_and_matches_eager(env, overrides):
 
 @pytest.mark.parametrize("algorithm", ["ddpg", "td3", "sac"])
 def test_graphed_gradient_steps_capture_and_match_eager(algorithm):
-    """Off-policy gradient steps replayed as graphs train as the same static steps run
-    eagerly: DDPG's step draws nothing, so it matches closely; TD3's and SAC's draw from
+    """Off-policy rollouts and gradient steps replayed as graphs train as the same static
+    steps run eagerly: DDPG's step draws nothing, so it matches closely; TD3's and SAC's draw from
     torch's generator, whose stream a replay advances as the eager steps do."""
     stats = []
     for graphs in ("on", "off"):
@@ -150,8 +150,9 @@ def test_graphed_gradient_steps_capture_and_match_eager(algorithm):
         torch.manual_seed(0)
         stats.append([trainer.iterate(1e-3)["agent"] for _ in range(4)])
         if graphs == "on":
-            graphed = trainer.algorithm.groups[0].graphs
-            assert graphed and all(graph.graph is not None for graph in graphed.values())
+            graphed = [*trainer.algorithm.groups[0].graphs.values(),
+                       *trainer.algorithm.rollout_graphs.values()]
+            assert len(graphed) >= 2 and all(graph.graph is not None for graph in graphed)
     tolerance = 1e-3 if algorithm == "ddpg" else 0.5
     for on, off in zip(*stats):
         for key in ("value_loss", "policy_loss"):

@@ -41,8 +41,8 @@ class Recorder(TorchDispatchMode):
         kwargs = kwargs or {}
         leaves = tree_leaves((args, kwargs))
         tensors = tuple((tuple(a.shape), a.dtype) for a in leaves if isinstance(a, torch.Tensor))
-        bool_index = func.__name__.startswith("index") and any(
-            isinstance(a, torch.Tensor) and a.dtype == torch.bool for a in tree_leaves(args[1:]))
+        bool_index = func.__name__.startswith("index") and any(  # its indices (not values)
+            isinstance(a, torch.Tensor) and a.dtype == torch.bool for a in tree_leaves(args[1:2]))
         self.segments[-1].append((func.__name__ + (" (bool index)" if bool_index else ""),
                                   tensors))
         return func(*args, **kwargs)
@@ -240,12 +240,8 @@ def test_out_of_play_weigh_trains_every_row():
     assert counts["weigh"] == (buf.active.numel(), False) and in_play < buf.active.numel()
 
 
-# ---- off-policy: the gradient step (what a CUDA graph replays) ---------------------------
-@pytest.mark.parametrize("algorithm", ["sac", "td3", "ddpg"])
-def test_offpolicy_gradient_steps_repeat_with_no_host_read(algorithm):
-    """Consecutive gradient steps (per actor-due value: TD3 delays its actor) run the same
-    operations on the same shapes and read nothing on the host; the buffer's rows are
-    drawn into a fixed tensor before each, and each step trains."""
+# ---- off-policy: the rollout and the gradient step (what CUDA graphs replay) -------------
+def offpolicy_trainer(algorithm):
     cls = env_class("pendulum")
     config = load_run_config("pendulum", cls, path=recipe_path(cls, algorithm), overrides={
         "trainer.backend": "cpu", "trainer.num_envs": 4, "trainer.rollout_len": 6,
@@ -253,8 +249,36 @@ def test_offpolicy_gradient_steps_repeat_with_no_host_read(algorithm):
         "trainer.algorithm": algorithm, "trainer.learning_starts": 0,
         "trainer.batch_size": 16, "trainer.replay_size": 1000})
     trainer = Trainer(config, cls)
+    trainer.algorithm.static_steps = True  # what it runs on a CUDA device
+    return trainer
+
+
+@pytest.mark.parametrize("algorithm", ["sac", "td3", "ddpg"])
+def test_offpolicy_rollouts_repeat_with_no_host_read(algorithm):
+    """Consecutive rollouts (acting, the env, the replay rings' writes) run the same
+    operations and read nothing on the host; the rings' device-side position and size
+    follow their host counters, which advance after each rollout."""
+    trainer = offpolicy_trainer(algorithm)
+    algo, replay = trainer.algorithm, trainer.algorithm.groups[0].replay
+    algo.collect(0)  # (the first call makes what later ones reuse)
+    runs = []
+    for k in (1, 2):
+        with Recorder() as recorder, counting_host_reads() as python_reads:
+            algo.collect(24 * k)
+        assert python_reads["reads"] == 0
+        runs.append(recorder.ops)
+    assert runs[0] == runs[1] and not host_reads(runs[0])
+    assert replay.size == 3 * 24 == int(replay.held) and replay.position == int(replay.write_at)
+    assert not replay.obs[:replay.size].eq(0).all(-1).any()  # every row written
+
+
+@pytest.mark.parametrize("algorithm", ["sac", "td3", "ddpg"])
+def test_offpolicy_gradient_steps_repeat_with_no_host_read(algorithm):
+    """Consecutive gradient steps (per actor-due value: TD3 delays its actor) run the same
+    operations on the same shapes and read nothing on the host; the buffer's rows are
+    drawn into a fixed tensor before each, and each step trains."""
+    trainer = offpolicy_trainer(algorithm)
     algo = trainer.algorithm
-    algo.static_steps = True  # what it runs on a CUDA device
     group = algo.groups[0]
     calls = []
     trainer.iterate(1e-3)  # the first static steps make their graphs

@@ -157,7 +157,10 @@ class ReplayBuffer:
 
         self.position = 0      # where the next row goes
         self.size = 0          # rows held: positions [0, size)
-        self.held = torch.zeros((), dtype=torch.long, device=self.device)  # size, on the device
+        # the same two on the device, so that a captured step (a CUDA graph) writes and
+        # samples where the ring stands at each replay
+        self.write_at = torch.zeros((), dtype=torch.long, device=self.device)
+        self.held = torch.zeros((), dtype=torch.long, device=self.device)
         self.draws = None      # a static sample's draws (draw_static)
         self.sample_calls = 0  # seeds the shard counts, identically on every rank
         self.row_generator = torch.Generator(device=self.device)
@@ -182,21 +185,33 @@ class ReplayBuffer:
                                  f"expected {shape}")
         if n == 0:
             return
+        self.write(obs, actions, rewards, next_obs, terminated, valid)
+        self.advance(n)
+
+    def write(self, obs, actions, rewards, next_obs, terminated, valid=None):
+        """`add`'s device side (no check, no host counter): what a captured step replays,
+        followed by `advance` on the host."""
+        n = obs.shape[0]
+        given = (obs, actions, rewards, next_obs, terminated)
         kept = min(n, self.capacity)  # of a chunk longer than the ring, only its tail survives
-        first = self.position + n - kept
-        positions = (first + torch.arange(kept, device=self.device)) % self.capacity
-        for name in self.STORED:
+        positions = (self.write_at + (n - kept)
+                     + torch.arange(kept, device=self.device)) % self.capacity
+        for name, value in zip(self.STORED, given):
             store = getattr(self, name)
-            store[positions] = given[name][n - kept:].to(self.device, store.dtype)
+            store[positions] = value[n - kept:].to(self.device, store.dtype)
         if self.prioritized:
             self.priorities[positions] = self.max_priority
         if valid is not None and self.valid is None:
             self.valid = torch.ones(self.capacity, dtype=torch.bool, device=self.device)
         if self.valid is not None:
             self.valid[positions] = True if valid is None else valid[n - kept:]
+        self.write_at.add_(n).remainder_(self.capacity)
+        self.held.add_(n).clamp_(max=self.capacity)
+
+    def advance(self, n: int):
+        """The host's counters after `write` of n rows."""
         self.position = (self.position + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
-        self.held.fill_(self.size)
 
     def update_priorities(self, index: torch.Tensor, priorities: torch.Tensor):
         """Set the priorities (|TD error|-like, >= 0; not checked, which would wait for the
@@ -402,6 +417,7 @@ class ReplayBuffer:
             getattr(self, name)[:size] = state[name].to(self.device)
         self.size, self.position = int(size), int(position)
         self.held.fill_(self.size)
+        self.write_at.fill_(self.position)
         self.sample_calls = int(state["sample_calls"])
         self.max_priority = torch.tensor(float(state["max_priority"]), device=self.device)
         if isinstance(state.get("valid"), torch.Tensor) and state["valid"].shape == (size,):

@@ -10,7 +10,9 @@ replay ring, on the device) and `update` (`replay_ratio` x this
 process's env steps gradient steps per policy, each: sample a batch, step
 the critics towards the algorithm's target, and when due the actor). The
 gradient step is written once, over the networks' parameters, and run by a
-training.fused executor: one compiled call (`trainer.compile`), or eagerly.
+training.fused executor: one compiled call (`trainer.compile`), or eagerly; on
+a CUDA device the rollout and the gradient step are replayed as CUDA graphs
+where their sample is static (`graphs_supported`).
 What differs between the algorithms is a few methods: `next_action` (the
 action and entropy term the target is taken at), `actor_due`, `actor_loss`
 and SAC's `alpha_loss` (ddpg.py, td3.py, sac.py).
@@ -41,9 +43,9 @@ from gpusim.errors import GpusimError
 from ..acceleration import MaybeCompiled, adam, load_keeping_lr, plain_lr
 from ..actors import Actors
 from ..fused import EagerDescent, FusedStep
-from ..graphs import StepGraph
 from ..replay import LOCAL, ReplayBuffer, TorchCollectives
 from .base import Algorithm
+from .offpolicy_graphs import OffPolicyGraphs
 from .offpolicy_networks import NetsOn, OffPolicyModel
 
 # On the CPU a compiled gradient step saves about 5 ms (12.7 -> 7.9 ms, SAC 256x256, one
@@ -129,15 +131,13 @@ class OffPolicyGroup:
         return {name: (params[name], opt) for name, opt in opts.items()}
 
 
-class OffPolicy(Algorithm):
+class OffPolicy(OffPolicyGraphs, Algorithm):
     """The shared core; a subclass sets its networks and its three methods."""
     Config = OffPolicyConfig
     stats = ("policy_loss", "value_loss", "entropy", "alpha")
     num_critics = 1
     stochastic = False  # a Gaussian actor (SAC) rather than a deterministic one
     populates = True  # trainer.population (training.algorithms.population_offpolicy)
-    captures_graphs = True  # the gradient step, where it is static (`graphs_supported`)
-    graphs_gradient_step = True  # a population steps its members its own way
 
     def __init__(self, config, env, context, timer):
         super().__init__(config, env, context, timer)
@@ -158,27 +158,7 @@ class OffPolicy(Algorithm):
                              wrap=lambda fn, what: MaybeCompiled(fn, what, self.compile_acting))
         self.explorers = Actors(env, {})  # uniformly random, before learning starts
         self.env_steps = 0
-
-    def graphs_supported(self, trainer) -> bool:
-        """The gradient step is static (a CUDA graph replays it) where its sample is: a lone
-        process's uniform replay, every row valid. Elsewhere it runs eagerly, and
-        `cuda_graphs: on` is refused in one line."""
-        why = self._why_not_static()
-        if why and trainer.cuda_graphs == "on":
-            raise GpusimError(f"config key 'trainer.cuda_graphs' on: {why}, so its gradient "
-                              "step is not captured (use auto or off)")
-        return why is None
-
-    def _why_not_static(self) -> str | None:
-        if not self.graphs_gradient_step:
-            return "a population samples each member's own ring"
-        if self.cfg.prioritized_replay:
-            return "prioritized replay samples in proportion to priorities over the held rows"
-        if self.env.agent_active_array is not None:
-            return "with per-agent done, the replay draws only rows in play"
-        if self.distributed:
-            return "several processes sample across their shards"
-        return None
+        self.rollout_graphs = {}  # static steps: each step's way of acting -> its StepGraph
 
     def compiling_pays_on_cpu(self) -> bool:
         """A run of at least CPU_COMPILE_MIN_STEPS gradient steps (after learning_starts)."""
@@ -224,17 +204,14 @@ class OffPolicy(Algorithm):
 
     # ---- rollout -------------------------------------------------------------------
     @torch.no_grad()
-    def collect(self, env_steps: int):
+    def _collect(self, explore: tuple):
         t_cfg, env = self.config.trainer, self.env
-        self.env_steps = env_steps
         for t in range(t_cfg.rollout_len):
             active = env.agent_active()
-            # (trainer.num_envs: a population's env holds every member's replicas)
-            explore = env_steps + t * t_cfg.num_envs * self.world_size < self.cfg.learning_starts
             with self.timer("forward"):
                 obs = {g.name: self.observe(g.name, self.next_obs).clone() for g in self.groups}
                 with self.precision.autocast():
-                    acted = (self.explorers if explore else self.actors).act(self.next_obs)
+                    acted = (self.explorers if explore[t] else self.actors).act(self.next_obs)
             with self.timer("env"):
                 next_obs, reward, terminated, _truncated, info = env.step()
             with self.timer("forward"):
@@ -254,12 +231,15 @@ class OffPolicy(Algorithm):
                                 self.observe(g.name, true_next), ended)
                 self.episodes.record(t, reward, done, active)
 
-    @staticmethod
-    def _store(group, rows, obs, action, reward, next_obs, ended):
+    def _store(self, group, rows, obs, action, reward, next_obs, ended):
         """Flatten (replica, agent) into rows; with per-agent done, rows of agents out of
-        play are kept but flagged, never drawn (no data-dependent shape: no host sync)."""
+        play are kept but flagged, never drawn (no data-dependent shape: no host sync). In
+        static steps only the device side (`collect` advances the counters)."""
         flat = [x.reshape((-1,) + x.shape[2:]) for x in (obs, action, reward, next_obs, ended)]
-        group.replay.add(*flat, valid=rows)
+        if self.static_steps:
+            group.replay.write(*flat, valid=rows)
+        else:
+            group.replay.add(*flat, valid=rows)
 
     # ---- update --------------------------------------------------------------------
     def update(self, lr: float) -> dict:
@@ -299,34 +279,6 @@ class OffPolicy(Algorithm):
         if cfg.prioritized_replay:
             g.replay.update_priorities(batch.index, td.abs().max(0).values)
         return stats
-
-    def _static_gradient_step(self, g: OffPolicyGroup) -> torch.Tensor:
-        """The gradient step as a StepGraph (one per actor-due value: TD3 alternates): its
-        batch drawn into a fixed tensor first, its statistics out through `step_stats`."""
-        g.updates += 1
-        actor_due = self.actor_due(g)
-        graph = g.graphs.get(actor_due)
-        if graph is None:
-            if g.step_stats is None:
-                g.step_stats = torch.zeros(len(self.stats), device=self.env.device)
-            graph = g.graphs[actor_due] = StepGraph(
-                functools.partial(self._static_step, g, actor_due),
-                f"policy {g.name!r}'s gradient step", self.use_graphs, self.timer)
-        g.replay.draw_static(self.cfg.batch_size)
-        graph()
-        return g.step_stats
-
-    def _static_step(self, g: OffPolicyGroup, actor_due: bool):
-        """What a static gradient step replays: sample (the drawn rows), step, statistics."""
-        batch = g.replay.sample_static()
-        stats, _ = self._gradient_step(EagerDescent(g.optimized, self.cfg.max_grad_norm), g,
-                                       batch.obs, batch.actions, batch.rewards, batch.next_obs,
-                                       batch.terminated, batch.weights, actor_due)
-        g.step_stats.copy_(stats)
-
-    def warming_up(self) -> bool:
-        """Whether a gradient step's graph is still to be captured (after learning starts)."""
-        return any(graph.warming_up() for g in self.groups for graph in g.graphs.values())
 
     def _gradient_step(self, descent, g: OffPolicyGroup, obs, actions, rewards, next_obs,
                        terminated, weights, actor_due: bool, nets: NetsOn | None = None):
@@ -427,6 +379,8 @@ class OffPolicy(Algorithm):
             g.updates = state["updates"][g.name]
             for graph in g.graphs.values():  # the optimizers' state tensors are new
                 graph.drop()
+        for graph in self.rollout_graphs.values():  # (the actors' weights: the same tensors)
+            graph.drop()
 
     def rank_state_dict(self) -> dict:
         if not self.cfg.checkpoint_replay:

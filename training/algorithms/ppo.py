@@ -153,6 +153,8 @@ class PPO(Rollout, Algorithm):
         self.chunked = False
         if self._chunks_in_graphs():
             self.chunk_minibatches()
+        if self.distributed:  # the update runs eagerly under DDP (it all-reduces between
+            self.static_steps = False  # chunks), so it can leave rows out of play out
         self.actors = Actors(env, {g.name: g.model for g in self.groups},
                              wrap=lambda fn, what: MaybeCompiled(fn, what, self.compile_acting))
         self.bootstrap = TruncationBootstrap(env, t.rollout_len, t.gamma, self.central,

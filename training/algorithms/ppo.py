@@ -393,10 +393,11 @@ class PPO(Rollout, Algorithm):
                                  forward)
         return loss, stats
 
-    def _forward_inputs(self, g: PolicyGroup, rows) -> tuple:
+    def _forward_inputs(self, g: PolicyGroup, rows, batch: dict | None = None) -> tuple:
         """The training pass's inputs for buffer rows `rows`: flat rows, or (sequences,
-        steps) of a recurrent policy with its states and restarts."""
-        batch = g.buffer.rows(rows)
+        steps) of a recurrent policy with its states and restarts; `batch`: those rows
+        already gathered (`PolicyBuffer.rows`)."""
+        batch = g.buffer.rows(rows) if batch is None else batch
         inputs = (batch["obs"], batch["actions"], batch["mask"], batch["critic_obs"])
         if not self.bptt_len:
             return inputs
@@ -417,7 +418,7 @@ class PPO(Rollout, Algorithm):
         `forward`: the training pass (default: the policy's own)."""
         cfg = self.cfg
         with self.precision.autocast():
-            new = (forward or g.forward)(*self._forward_inputs(g, batch["index"]))
+            new = (forward or g.forward)(*self._forward_inputs(g, batch["index"], batch))
         return losses.ppo_objective(new, batch["log_probs"], batch["values"], adv, returns,
                                     weights, cfg.clip_coef, cfg.clip_vloss, cfg.ent_coef,
                                     cfg.vf_coef)

@@ -7,7 +7,8 @@
 Steps, each in its own process under its own timeout (a hang or a crash is
 its row, not the end of the proof; a training step that runs past its time
 reports the last throughput it logged), each row with its wall time and the
-peak GPU memory torch allocated in it:
+peak GPU memory torch allocated in it; proof.md and proof.json are rewritten
+after every step, so a run cut short keeps what it measured:
 - the `gpu`-marked tests (CUDA graphs captured and matching the eager steps among them);
 - benchmarks/train_throughput.py at 1,000 and 4,000 replicas (A2C [256, 256], rollout 100):
   gpusim with CUDA graphs vs WarpDrive 2.7.1 where it is installed, and the learner limit;
@@ -313,6 +314,16 @@ def markdown(results: list, dry: bool) -> str:
     return "\n".join(lines)
 
 
+def write_proof(out: Path, results: list, chosen: list, dry: bool) -> str:
+    """proof.md and proof.json of the steps run so far; the table."""
+    table = markdown(results, dry)
+    (out / "proof.md").write_text(table + "\n")
+    (out / "proof.json").write_text(json.dumps(
+        dict(machine=machine(), dry_run=dry, steps=[asdict(s) for s in chosen],
+             results=results), indent=1))
+    return table
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dry-run", action="store_true",
@@ -340,12 +351,8 @@ def main(argv=None) -> int:
     for step in chosen:
         results.append(launch(step, args.dry_run, out))
         print(f"{step.name}: {results[-1]['status']}", flush=True)
-    table = markdown(results, args.dry_run)
-    (out / "proof.md").write_text(table + "\n")
-    (out / "proof.json").write_text(json.dumps(
-        dict(machine=machine(), dry_run=args.dry_run, steps=[asdict(s) for s in chosen],
-             results=results), indent=1))
-    print(table)
+        table = write_proof(out, results, chosen, args.dry_run)  # after each step: a run cut
+    print(table)                                                # short keeps what it measured
     return 0 if all(r["status"] == "ok" for r in results) else 1
 
 

@@ -83,10 +83,10 @@ CASES = {
 }
 
 
-def make(case):
-    env, overrides = CASES[case]
+def make(case, overrides=None):
+    env, base = CASES[case]
     cls = Legal if env == "legal" else None
-    return static_trainer(env, overrides, cls)
+    return static_trainer(env, {**base, **(overrides or {})}, cls)
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -163,14 +163,9 @@ def test_static_and_compacted_updates_learn_the_same():
 
 # ---- per-agent done on a CUDA device: the update eager, its minibatch chunks graphed -------
 def chunked(case, overrides):
-    trainer = make_with(case, overrides)
+    trainer = make(case, overrides)
     trainer.algorithm.chunk_minibatches()  # what PPO does on a CUDA device with per-agent done
     return trainer
-
-
-def make_with(case, overrides):
-    env, base = CASES[case]
-    return static_trainer(env, {**base, **overrides})
 
 
 TAG_CASE = "ppo, per-agent done, continuous, two policies"
@@ -181,7 +176,7 @@ def test_chunked_update_trains_as_the_compacted_eager_update():
     weighing 0 (chunks of 7 rows: most minibatches end in a partial chunk). Three updates
     give the same statistics and parameters as the eager chunks (`_minibatch_step`)."""
     results = []
-    for make_trainer in (make_with, chunked):
+    for make_trainer in (make, chunked):
         trainer = make_trainer(TAG_CASE, {"trainer.max_minibatch_rows": 7})
         trainer.algorithm.static_steps = False  # as on the CPU: rows out of play left out
         torch.manual_seed(0)
@@ -226,7 +221,7 @@ def test_out_of_play_weigh_trains_every_row():
     """`trainer.out_of_play: weigh` keeps the rows out of play in the update (weight 0)."""
     counts = {}
     for choice in ("skip", "weigh"):
-        trainer = make_with(TAG_CASE, {"trainer.out_of_play": choice})
+        trainer = make(TAG_CASE, {"trainer.out_of_play": choice})
         trainer.algorithm.static_steps = False
         buf = trainer.algorithm.groups[1].buffer
         for _ in range(50):  # until a runner is caught

@@ -140,6 +140,20 @@ class MemberLives:
     """Mixed into a population algorithm that has `members`, `alive`, `finished`, `groups`
     and `_tensors(group)` (every tensor of a policy's training state, members leading)."""
 
+    def _take_members(self, config, env, context) -> int:
+        """Set `members` from the config; refuse several processes and an env that does not
+        hold every member's replicas. Returns the population's size."""
+        t = config.trainer
+        self.members = members(t)
+        size = len(self.members)
+        if context.world_size > 1:
+            raise GpusimError("config key 'trainer.population' with several processes: a "
+                              "population trains in one process (drop --num_gpus)")
+        if env.num_envs != size * t.num_envs:
+            raise GpusimError(f"a population of {size} needs {size} x {t.num_envs} replicas, "
+                              f"got {env.num_envs}")
+        return size
+
     def _group_state(self, g) -> list:
         return [t.detach().clone() for t in self._tensors(g)]
 

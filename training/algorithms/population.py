@@ -57,18 +57,11 @@ class Population(MemberLives):
     def __init__(self, config, env, context, timer):
         from dataclasses import replace
         t = config.trainer
-        self.members = population.members(t)
-        size = len(self.members)
         if config.policy.recurrent != "none":
             raise GpusimError("config key 'trainer.population' with policy.recurrent: a "
                               "population of recurrent policies is not batched yet (run its "
                               "members as separate runs)")
-        if context.world_size > 1:
-            raise GpusimError("config key 'trainer.population' with several processes: a "
-                              "population trains in one process (drop --num_gpus)")
-        if env.num_envs != size * t.num_envs:
-            raise GpusimError(f"a population of {size} needs {size} x {t.num_envs} replicas, "
-                              f"got {env.num_envs}")
+        size = self._take_members(config, env, context)
         central = config.policy.critic == "central"
         state_dim = env.global_state().shape[-1] if central else None
         self.member_nets, noise = [], []

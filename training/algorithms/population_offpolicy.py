@@ -34,7 +34,6 @@ import torch
 
 from gpusim.errors import GpusimError
 
-from .. import population
 from ..actors import Actors, UniformPolicy
 from ..episodes import EpisodeTracker
 from ..members import member_config
@@ -234,14 +233,7 @@ class OffPolicyPopulation(MemberLives):
 
     def __init__(self, config, env, context, timer):
         t = config.trainer
-        self.members = population.members(t)
-        size = len(self.members)
-        if context.world_size > 1:
-            raise GpusimError("config key 'trainer.population' with several processes: a "
-                              "population trains in one process (drop --num_gpus)")
-        if env.num_envs != size * t.num_envs:
-            raise GpusimError(f"a population of {size} needs {size} x {t.num_envs} replicas, "
-                              f"got {env.num_envs}")
+        size = self._take_members(config, env, context)
         row = sum(4 * (2 * s.obs_dim + s.action_width + 3) for s in env.policy_specs.values())
         env.backend.check_fits(f"the population's replay buffers ({size} x "
                                f"{config.algo.replay_size:,} transitions per policy)",

@@ -343,12 +343,12 @@ class PPO(Rollout, Algorithm):
         with per-agent done), so the accumulated gradient is that of the whole
         minibatch's mean loss. Returns the minibatch's statistics (`stats` order).
         """
-        cfg = self.cfg
-        steps = rows.shape[1] if rows.dim() == 2 else 1
-        chunk = max(1, min(rows.shape[0], cfg.max_minibatch_rows // steps))
         if g.chunked is not None:
             adv, weights, total = self._advantages(rows, advantages, active)
             return g.chunked(rows, adv, take(returns, rows), weights, total)
+        cfg = self.cfg
+        steps = rows.shape[1] if rows.dim() == 2 else 1
+        chunk = max(1, min(rows.shape[0], cfg.max_minibatch_rows // steps))
         if g.fused is not None and chunk == rows.shape[0]:
             stats = g.fused(rows, advantages, returns, active)
             if stats is not None:

@@ -5,16 +5,19 @@ the sampler, the env's step kernel, the rollout store's copies, the episode
 bookkeeping), each launched from Python in more time than it runs. A CUDA
 graph records the launches of one call and replays them all with one.
 
-`StepGraph(step, what)` runs `step()` eagerly at its first call (which makes
-what the step keeps: allocator pools, Adam's state), captures it at the
-second and replays it from then on. A step may be captured only if it is
-static: the same operations on the same tensors at every call, no host read
-of a device value, no Python state that changes between calls
-(tests/test_static_steps.py checks the learners' steps on the CPU). What
-changes per call goes in through tensors the step reads (a learning rate
-filled in place), and its results come out through tensors it writes, which
-every replay overwrites. gpusim's env and sampler kernels launch on torch's
-current stream, so the capture records them too.
+`StepGraph(step, what, enabled)` wraps a plain function of tensors: it runs
+`step(*inputs)` eagerly at its first call (which makes what the step keeps:
+allocator pools, the optimizer's state), captures it at the second and replays it
+from then on. The function is the same one an eager run calls; nothing in it asks
+how it is run. A step may be captured only if it is static: the same operations on
+tensors of the same shapes at every call, no host read of a device value, no
+Python state that changes between calls (tests/test_static_steps.py checks the
+learners' steps on the CPU). Its inputs are copied into tensors the graph reads
+(kept from the capture); its outputs are the tensors the capture made, which every
+replay overwrites (read them before the next call). What it reads besides (buffers,
+parameters, a learning rate changed in place) must be the same tensors at every
+call. gpusim's env and sampler kernels launch on torch's current stream, so the
+capture records them too.
 
 A capture that fails prints one line, and the step runs eagerly from then on.
 """
@@ -47,39 +50,45 @@ class StepGraph:
         self.timer = timer  # paused during the capture: its events would be recorded, not run
         self.calls = 0
         self.graph = None
+        self.inputs = self.outputs = None  # the captured call's
 
     def warming_up(self) -> bool:
         """Whether a call is still to capture the graph."""
         return self.enabled and self.graph is None
 
-    def __call__(self):
+    def __call__(self, *inputs):
         self.calls += 1
         if not self.enabled or self.calls == 1:
-            return self.step()
+            return self.step(*inputs)
         if self.graph is None:
-            self._capture()
+            self._capture(inputs)
             if self.graph is None:
-                return self.step()
+                return self.step(*inputs)
+        for static, given in zip(self.inputs, inputs):
+            if isinstance(static, torch.Tensor):
+                static.copy_(given)
         self.graph.replay()
+        return self.outputs
 
     def drop(self):
         """Forget the graph (the tensors it reads were replaced): the next call captures."""
         self.graph, self.calls = None, min(self.calls, 1)
 
-    def _capture(self):
+    def _capture(self, inputs: tuple):
         graph = torch.cuda.CUDAGraph()
+        static = tuple(x.clone() if isinstance(x, torch.Tensor) else x for x in inputs)
         # the eager call ran on the current stream; the capture runs on torch's side stream
         torch.cuda.synchronize()
         try:
             with _paused(self.timer), torch.cuda.graph(graph, capture_error_mode="thread_local"):
-                self.step()
+                outputs = self.step(*static)
         except Exception as exc:  # noqa: BLE001 - any capture failure: run eagerly
             torch.cuda.synchronize()
             print(f"gpusim: a CUDA graph of {self.what} could not be captured "
                   f"({describe(exc)[:200]}); running it eagerly", file=sys.stderr, flush=True)
             self.enabled = False
             return
-        self.graph = graph
+        self.graph, self.inputs, self.outputs = graph, static, outputs
 
 
 class _paused:
@@ -96,3 +105,34 @@ class _paused:
         if self.timer is not None:
             self.timer.paused = False
         return False
+
+
+class FixedChunks:
+    """`fn(rows)` -> one output per row, run over any number of rows in chunks of `size`
+    rows, each chunk a `StepGraph` replay where `enabled` (then the last chunk is padded
+    with copies of its first row, whose outputs are dropped)."""
+
+    def __init__(self, fn, size: int, what: str, enabled: bool, timer=None):
+        self.size, self.pad = size, enabled
+        self.graph = StepGraph(fn, what, enabled, timer)
+
+    def __call__(self, rows: torch.Tensor) -> torch.Tensor:
+        out = None
+        for start in range(0, rows.shape[0], self.size):
+            part = rows[start:start + self.size]
+            n = part.shape[0]
+            if self.pad and n < self.size:
+                part = torch.cat([part, part[:1].expand(self.size - n, *part.shape[1:])])
+            chunk = self.graph(part)[:n]  # (a replay's output: overwritten by the next)
+            if out is None and n == rows.shape[0]:
+                return chunk.clone() if self.pad else chunk
+            if out is None:
+                out = chunk.new_empty((rows.shape[0],) + chunk.shape[1:])
+            out[start:start + n] = chunk
+        return out
+
+    def warming_up(self) -> bool:
+        return self.graph.warming_up()
+
+    def drop(self):
+        self.graph.drop()

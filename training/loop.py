@@ -33,7 +33,6 @@ from gpusim.scale.device import DeviceContext
 
 from . import population
 from .algorithms import algorithm_class
-from .algorithms.population import populated
 from .config import RunConfig
 from .timing import SectionTimer
 from .work import run_work
@@ -111,9 +110,7 @@ class Trainer:
         if len(members) > 1:
             seed_members(self.env, members, t.num_envs)
         self.timer = SectionTimer(self.env.device)
-        cls = algorithm_class(t.algorithm)
-        cls = populated(cls) if len(members) > 1 else cls
-        self.algorithm = cls(config, self.env, context, self.timer)
+        self.algorithm = algorithm_class(t.algorithm)(config, self.env, context, self.timer)
         context.fit_threads(run_work(config, self.env))
         self.logger = logger
         self.steps_per_iteration = t.steps_per_iteration * self.world_size  # all ranks
@@ -229,14 +226,12 @@ class Trainer:
     def solved(self) -> bool:
         """Whether every policy reached `target_return` over the last 100 finished episodes
         (a population: whether every member did, each stopping where it did)."""
-        if hasattr(self.algorithm, "finished"):
-            return all(self.algorithm.finished)
-        return self._reached(self.recent)
+        return all(self.algorithm.members.finished)
 
     def none_learning(self) -> bool:
-        """A population whose members all stopped learning (each reached the target or
+        """Whether every member stopped learning (each reached the target, or a population's
         diverged): nothing is left to train."""
-        return not any(getattr(self.algorithm, "alive", (True,)))
+        return not any(self.algorithm.members.alive)
 
     def _reached(self, names) -> bool:
         target = self.config.trainer.target_return
@@ -245,11 +240,13 @@ class Trainer:
             for name in names)
 
     def _finish_members(self):
-        """A population's members that reached the target stop learning (as solo runs
-        stop), one by one."""
-        for k, member in enumerate(getattr(self.algorithm, "members", ())):
-            if self._reached([f"{name}/{member.name}" for name in self.env.policy_specs]):
-                self.algorithm.finish(k, self.iteration)
+        """Members that reached the target stop learning (a solo run: it ends; a
+        population's member stops as its solo run would), one by one."""
+        members = self.algorithm.members
+        names = members.names(self.env.policy_specs)
+        for k in range(members.count):  # (names: policy-major, members inside)
+            if self._reached(names[k::members.count]):
+                members.finish(k, self.iteration)
 
     def metrics(self, stats: dict, seconds: float, lr: float) -> dict:
         steps = self.steps_per_iteration

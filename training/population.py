@@ -8,23 +8,22 @@ Member k is the run it stands for: its replicas' RNG streams are those of a
 solo run with its seed, its networks are made from that seed, its minibatch
 shuffles come from a generator of its own.
 
-Here: who the members are (`members`), their networks as one batched
-computation (`StackedPolicy`: the parameters of N copies of a network
-stacked on a leading member dim, run through torch.func.vmap), their Adam
-(`StackedAdam`: one per member, with a learning rate and a clipping norm
-each), and the statistics a researcher reads across seeds (`summary`: the
-mean with a 95% bootstrap interval, and the interquartile mean).
+Here: who the members are (`members`, and `check` of a sweep), what an
+algorithm keeps of them while it runs (`Members`: settings, generators, which
+still learn; a solo run is a population of one), and the statistics a
+researcher reads across seeds (`summary`: the mean with a 95% bootstrap
+interval, and the interquartile mean). Their networks run as one batched
+computation (training.stacked), their optimizer is the learners' one Adam with
+a member dim (training.descent).
 """
 from __future__ import annotations
 
-import copy
 import itertools
 import math
 import sys
 from dataclasses import dataclass, replace
 
 import torch
-from torch import nn
 
 from gpusim.errors import ConfigError, GpusimError
 
@@ -135,42 +134,85 @@ def noise_generator(seed: int, device) -> torch.Generator:
     return generator
 
 
-# ---- the members' lives: learning, finished, or frozen after diverging ---------------------
-class MemberLives:
-    """Mixed into a population algorithm that has `members`, `alive`, `finished`, `groups`
-    and `_tensors(group)` (every tensor of a policy's training state, members leading)."""
+# ---- the members at run time: their settings, generators and lives -----------------------
+class Members:
+    """The members an algorithm trains: one for a solo run, N for a population (member k's
+    replicas the k-th share of the env's). Per member: its settings, its minibatch
+    shuffles' generator, whether it is still learning (`alive`) and whether it reached
+    the target return (`finished`). The run loop and the algorithms talk to this one
+    object whether the run is solo or a population."""
 
-    def _take_members(self, config, env, context) -> int:
-        """Set `members` from the config; refuse several processes and an env that does not
-        hold every member's replicas. Returns the population's size."""
-        t = config.trainer
-        self.members = members(t)
-        size = len(self.members)
-        if context.world_size > 1:
+    def __init__(self, config, env, context=None):
+        t = self.trainer = config.trainer
+        self.algo = config.algo
+        self.list = members(t)
+        self.count = len(self.list)
+        self.device = env.device
+        if self.count > 1 and context is not None and context.world_size > 1:
             raise GpusimError("config key 'trainer.population' with several processes: a "
                               "population trains in one process (drop --num_gpus)")
-        if env.num_envs != size * t.num_envs:
-            raise GpusimError(f"a population of {size} needs {size} x {t.num_envs} replicas, "
-                              f"got {env.num_envs}")
-        return size
+        if env.num_envs != self.count * t.num_envs:
+            raise GpusimError(f"a population of {self.count} needs {self.count} x "
+                              f"{t.num_envs} replicas, got {env.num_envs}")
+        self.alive = [True] * self.count     # still learning
+        self.finished = [False] * self.count  # reached trainer.target_return: stopped there
 
-    def _group_state(self, g) -> list:
-        return [t.detach().clone() for t in self._tensors(g)]
+    @property
+    def solo(self) -> bool:
+        return self.count == 1
 
-    def _freeze_diverged(self, values: list, before: list):
+    def names(self, policies) -> list:
+        """The names the loop reports under: each policy (a population: of each member,
+        "agent/m3")."""
+        if self.solo:
+            return list(policies)
+        return [f"{name}/{m.name}" for name in policies for m in self.list]
+
+    def report(self, policies, values: list) -> dict:
+        """`values` (policies x members x statistics, or policies x statistics for a solo
+        run) as {reported name: values}, for the members still learning."""
+        if self.solo:
+            return dict(zip(policies, values))
+        return {f"{name}/{m.name}": values[i][k] for i, name in enumerate(policies)
+                for k, m in enumerate(self.list) if self.alive[k]}
+
+    def setting(self, key: str):
+        """A sweepable setting: the config's number for a solo run, else one per member (a
+        device tensor)."""
+        if self.solo:
+            return getattr(self.trainer if key == "lr" else self.algo, key)
+        return torch.tensor([setting(m, key, self.trainer, self.algo) for m in self.list],
+                            device=self.device)
+
+    def rates(self, lr: float):
+        """Each member's learning rate as the loop's schedule scales trainer.lr; 0 for one
+        no longer learning."""
+        if self.solo:
+            return lr
+        scale = lr / self.trainer.lr
+        return [setting(m, "lr", self.trainer, self.algo) * scale * alive
+                for m, alive in zip(self.list, self.alive)]
+
+    def shuffles(self) -> list:
+        """Each member's minibatch generator, on the device, seeded as its solo run's."""
+        return [torch.Generator(device=self.device).manual_seed(m.seed) for m in self.list]
+
+    def learning(self):
+        """The members still learning, as an index tensor (None: every member)."""
+        if all(self.alive):
+            return None
+        return torch.tensor([k for k, alive in enumerate(self.alive) if alive],
+                            device=self.device)
+
+    def freeze_diverged(self, values: list, finite: list, restore):
         """A member whose statistics (`values`: policies x members x statistics) or
-        parameters stopped being finite goes back to its state `before` this update and is
-        frozen, with one line; the others go on. Raises once every member has diverged."""
-        checks = [p.reshape(p.shape[0], -1).isfinite().all(1)
-                  for g in self.groups for p in g.model.parameters()]
-        finite = torch.stack(checks).all(0).tolist()  # one host read
-        for k, member in enumerate(self.members):
+        parameters (`finite[k]`) stopped being finite is put back (`restore(k)`: to its
+        state before this update) and frozen, with one line; the others go on. Raises once
+        every member has diverged."""
+        for k, member in enumerate(self.list):
             stats_finite = all(math.isfinite(v) for policy in values for v in policy[k])
             if self.alive[k] and not (finite[k] and stats_finite):
-                with torch.no_grad():
-                    for g, saved in zip(self.groups, before):
-                        for current, old in zip(self._tensors(g), saved):
-                            current[k].copy_(old[k])
+                restore(k)
                 self.alive[k] = False
                 alive = sum(self.alive)
                 print(f"gpusim: population member {member.name} (seed {member.seed}, "
@@ -186,205 +228,41 @@ class MemberLives:
         solo run would have stopped; its policy keeps acting, so its returns go on."""
         if self.alive[k]:
             self.alive[k], self.finished[k] = False, True
-            member = self.members[k]
-            print(f"population member {member.name} (seed {member.seed}, {member.label}) "
-                  f"reached the target return at iteration {iteration}: it stops learning "
-                  f"there; {sum(self.alive)} still learning", flush=True)
-
-
-# ---- the members' networks as one computation ----------------------------------------------
-class _Call(nn.Module):
-    """Calls one method of the network it holds (functional_call runs `forward` only)."""
-
-    def __init__(self, net: nn.Module, method: str):
-        super().__init__()
-        self.net, self.method = net, method
-
-    def forward(self, *inputs):
-        return getattr(self.net, self.method)(*inputs)
-
-
-class StackedPolicy(nn.Module):
-    """N networks of one shape as one: their parameters and buffers stacked on a leading
-    member dim. Each method of the network it stacks (`log_probs`, `sample`, `value`,
-    `forward`) takes inputs whose leading dim holds the members' rows side by side
-    (member k's are the k-th of N equal parts) and runs every member at once.
-
-    A network whose class says `members_lead = True` (training.models' actor-critics) is
-    run directly: its methods take inputs with a leading member dim, its MLPs multiply
-    stacked weights as one batched product, and its other parameters are swapped in shaped
-    to broadcast over the members. Any other runs under torch.func.vmap over
-    functional_call, which costs tens of microseconds per operation on a CPU."""
-
-    def __init__(self, nets: list):
-        super().__init__()
-        self.size = len(nets)
-        # the network's structure; its own weights are never used (the members' are swapped
-        # in), so it is no submodule: neither in state_dict nor moved by .to()
-        template = copy.deepcopy(nets[0]).to("meta")
-        object.__setattr__(self, "template", template)
-        self.state_size = getattr(nets[0], "state_size", 0)
-        self.direct = getattr(type(nets[0]), "members_lead", False)
-        params, buffers = torch.func.stack_module_state(nets)
-        self.param_names, self.buffer_names = list(params), list(buffers)
-        for name, value in params.items():
-            self.register_parameter(_flat(name), nn.Parameter(value))
-        for name, value in buffers.items():
-            self.register_buffer(_flat(name), value)
-        object.__setattr__(self, "calls", {m: _Call(template, m) for m in (
-            "log_probs", "sample", "value", "forward")})
-        # where each stacked tensor goes in the template: (its owner's dict, its key,
-        # whether it is a linear layer's, which the MLPs take stacked as they are)
-        slots = []
-        for name in self.param_names + self.buffer_names:
-            *path, key = name.split(".")
-            owner = template.get_submodule(".".join(path))
-            table = owner._parameters if key in owner._parameters else owner._buffers
-            slots.append((table, key, isinstance(owner, nn.Linear)))
-        object.__setattr__(self, "slots", slots)
-
-    def stacked(self) -> tuple:
-        """(parameters, buffers) by the stacked network's names, each (N, ...)."""
-        return ({n: getattr(self, _flat(n)) for n in self.param_names},
-                {n: getattr(self, _flat(n)) for n in self.buffer_names})
-
-    def member(self, k: int) -> dict:
-        """Member k's state dict, as its own network would have it."""
-        params, buffers = self.stacked()
-        return {n: t[k].detach().clone() for n, t in {**params, **buffers}.items()}
-
-    def run(self, method: str, *inputs, randomness: str = "error"):
-        """`method` of every member on its share of `inputs` (None: not batched)."""
-        split = tuple(None if x is None or not isinstance(x, torch.Tensor)
-                      else x.reshape((self.size, -1) + x.shape[1:]) for x in inputs)
-        if self.direct:
-            return _merge(self.lead(method, *(x if x is not None else raw
-                                              for x, raw in zip(split, inputs))))
-        params, buffers = self.stacked()
-        prefixed = ({f"net.{n}": t for n, t in params.items()},
-                    {f"net.{n}": t for n, t in buffers.items()})
-        dims = tuple(None if x is None else 0 for x in split)
-        batched = [x if x is not None else raw for x, raw in zip(split, inputs)]
-
-        def one(p, b, *xs):
-            return torch.func.functional_call(self.calls[method], (p, b), xs)
-        out = torch.func.vmap(one, in_dims=(0, 0) + dims, randomness=randomness)(
-            prefixed[0], prefixed[1], *batched)
-        return _merge(out)
-
-    def lead(self, method: str, *inputs, tensors: list | None = None):
-        """`method` of a `members_lead` network on inputs (N, ...) of every member at once,
-        its outputs (N, ...); on `tensors` (the stacked parameters and buffers in
-        `param_names + buffer_names` order, e.g. a subset of the members') where given."""
-        if tensors is None:
-            params, buffers = self.stacked()
-            tensors = list(params.values()) + list(buffers.values())
-        rank = next(x.dim() for x in inputs if isinstance(x, torch.Tensor))
-        saved = [table[key] for table, key, _ in self.slots]
-        try:
-            for (table, key, linear), value in zip(self.slots, tensors):
-                if not linear:  # (N, 1, .., *shape): broadcasts as shape does for one
-                    ones = max(0, rank - value.dim())
-                    value = value.reshape(value.shape[:1] + (1,) * ones + value.shape[1:])
-                table[key] = value
-            return getattr(self.template, method)(*inputs)
-        finally:
-            for (table, key, _), value in zip(self.slots, saved):
-                table[key] = value
-
-    def log_probs(self, obs, mask=None):
-        return self.run("log_probs", obs, mask)
-
-    def sample(self, obs, deterministic: bool = False):
-        """With `generators` (one per member), member k's exploration noise comes from
-        its own, in the order a solo run of it draws; else from torch's."""
-        generators = getattr(self, "generators", None)
-        if deterministic or generators is None:
-            return self.run("sample", obs, deterministic, randomness="different")
-        share = (obs.shape[0] // self.size,) + obs.shape[1:-1] + (self.template.dim,)
-        noise = torch.cat([torch.randn(share, generator=g, device=obs.device)
-                           for g in generators])
-        return self.run("sample", obs, False, noise)
-
-    def value(self, critic_obs):
-        return self.run("value", critic_obs)
-
-    def forward(self, obs, actions, mask=None, critic_obs=None):
-        return self.run("forward", obs, actions, mask, critic_obs)
-
-
-def _flat(name: str) -> str:
-    return name.replace(".", "__")
-
-
-def _merge(out):
-    """vmap's (N, R, ...) outputs as (N * R, ...), the members' rows side by side."""
-    if isinstance(out, tuple):
-        return tuple(_merge(o) for o in out)
-    if isinstance(out, torch.Tensor) and out.dim() >= 2:
-        return out.reshape((-1,) + out.shape[2:])
-    return out
-
-
-class StackedAdam:
-    """One Adam per member over stacked parameters, each with its own learning rate and
-    gradient-norm clip: torch's Adam arithmetic (no weight decay), elementwise, so a
-    member's step depends on its own slice alone. `lr` and `max_grad_norm` are (N,)
-    tensors changed in place; a member with learning rate 0 stands still."""
-
-    def __init__(self, params: list, lr: torch.Tensor, max_grad_norm: torch.Tensor,
-                 betas=(0.9, 0.999), eps: float = 1e-5):
-        self.params, self.lr, self.max_grad_norm = params, lr, max_grad_norm
-        self.betas, self.eps = betas, eps
-        self.step_count = torch.zeros(params[0].shape[0], device=params[0].device)
-        self.exp_avg = [torch.zeros_like(p) for p in params]
-        self.exp_avg_sq = [torch.zeros_like(p) for p in params]
-
-    def zero_grad(self):
-        for p in self.params:
-            p.grad = None
-
-    def step(self):
-        """One step of every member: torch's clip_grad_norm_ then Adam, with each member's
-        norm, clip and rate, as list-wide (foreach) operations."""
-        params = self.params
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-        members = self.step_count.shape[0]
-        shapes = [(members,) + (1,) * (p.dim() - 1) for p in params]
-        norms = torch.cat([g.reshape(members, -1) for g in grads], 1).norm(dim=1)
-        scale = (self.max_grad_norm / (norms + 1e-6)).clamp(max=1.0)
-        scale = torch.where(self.max_grad_norm > 0, scale, torch.ones_like(scale))
-        beta1, beta2 = self.betas
-        self.step_count.add_(1)
-        bias1 = 1 - beta1 ** self.step_count
-        bias2_sqrt = (1 - beta2 ** self.step_count).sqrt()
-        rate = self.lr / bias1
-        with torch.no_grad():
-            grads = torch._foreach_mul(grads, [scale.view(s) for s in shapes])
-            torch._foreach_lerp_(self.exp_avg, grads, 1 - beta1)
-            torch._foreach_mul_(self.exp_avg_sq, beta2)
-            torch._foreach_addcmul_(self.exp_avg_sq, grads, grads, value=1 - beta2)
-            denom = torch._foreach_sqrt(self.exp_avg_sq)
-            torch._foreach_div_(denom, [bias2_sqrt.view(s) for s in shapes])
-            torch._foreach_add_(denom, self.eps)
-            change = torch._foreach_div(self.exp_avg, denom)
-            torch._foreach_mul_(change, [rate.view(s) for s in shapes])
-            moving = self.lr > 0
-            if moving.device.type == "cpu" and bool(moving.all()):
-                torch._foreach_sub_(params, change)
-            else:  # a member at rate 0 stands still even where its moments are not finite
-                torch._foreach_sub_(params, [torch.where(moving.view(s), c, 0.0)
-                                             for c, s in zip(change, shapes)])
+            if not self.solo:
+                member = self.list[k]
+                print(f"population member {member.name} (seed {member.seed}, {member.label}) "
+                      f"reached the target return at iteration {iteration}: it stops learning "
+                      f"there; {sum(self.alive)} still learning", flush=True)
 
     def state_dict(self) -> dict:
-        return {"step": self.step_count.clone(), "exp_avg": [m.clone() for m in self.exp_avg],
-                "exp_avg_sq": [v.clone() for v in self.exp_avg_sq]}
+        return {"alive": list(self.alive), "finished": list(self.finished)}
 
     def load_state_dict(self, state: dict):
-        self.step_count.copy_(state["step"])
-        for mine, saved in zip(self.exp_avg + self.exp_avg_sq,
-                               state["exp_avg"] + state["exp_avg_sq"]):
-            mine.copy_(saved)
+        held = len(state.get("alive", ()))
+        if held != self.count:
+            raise GpusimError(f"the checkpoint holds {held} population member"
+                              f"{'s' if held != 1 else ''}; this run has {self.count} (config "
+                              "key 'trainer.population')")
+        self.alive = list(state["alive"])
+        self.finished = list(state.get("finished", [False] * self.count))
+
+
+def stacked_state(tensors: list) -> list:
+    """Copies of a population's training tensors (members leading), to put a member back."""
+    return [t.detach().clone() for t in tensors]
+
+
+def restore_member(tensors: list, saved: list, k: int):
+    with torch.no_grad():
+        for current, old in zip(tensors, saved):
+            current[k].copy_(old[k])
+
+
+def finite_members(params: list, count: int) -> list:
+    """Per member, whether all of its parameters (members leading) are finite: one host
+    read."""
+    checks = [p.reshape(count, -1).isfinite().all(1) for p in params]
+    return torch.stack(checks).all(0).tolist()
 
 
 # ---- what a researcher reads across seeds -------------------------------------------------

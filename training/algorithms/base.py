@@ -2,11 +2,13 @@
 
 The loop (training.loop) calls, once per iteration, `collect(env_steps)` (a
 rollout of `rollout_len` steps over every replica) then `update(lr)` (every
-policy learns; per policy, a dict of statistics), and for checkpoints
+policy learns; per reported name, a dict of statistics), and for checkpoints
 `state_dict` / `load_state_dict` (the same on every rank: models,
 optimizers, generators) and `rank_state_dict` / `load_rank_state_dict`
-(this rank's own, such as a replay shard). It never asks which algorithm
-it drives.
+(this rank's own, such as a replay shard). Every algorithm has `members`
+(training.population.Members: one for a solo run), which say who still
+learns. The loop never asks which algorithm it drives, nor whether it is a
+population.
 """
 from __future__ import annotations
 
@@ -35,11 +37,9 @@ class Algorithm:
         self.timer = timer
         self.rank, self.world_size = context.rank, context.world_size
         self.distributed = self.world_size > 1
-        # CUDA graphs (training.graphs) replay static steps: PPO's rollout and update; a
-        # static step trains on every row, those out of play weighted 0 (else left out)
+        # CUDA graphs (training.graphs) replay the steps whose shapes are fixed
         self.use_graphs = graphs_enabled(config.trainer.cuda_graphs, env.device) \
             and self.graphs_supported(config.trainer)
-        self.static_steps = self.use_graphs
         self.precision = resolve_precision(config.trainer.precision, env.device,
                                            self.use_graphs)
         self.use_compile = compile_enabled(config.trainer.compile, env.device,
@@ -97,7 +97,7 @@ class Algorithm:
     def reported_names(self) -> list:
         """The names the loop keeps episode returns and statistics under: the policies (a
         population: each policy of each member)."""
-        return list(self.env.policy_specs)
+        return self.members.names(self.env.policy_specs)
 
     def warming_up(self) -> bool:
         """Whether the next iteration still prepares the steady one (captures a CUDA graph):
@@ -151,10 +151,3 @@ class Algorithm:
             policies[name] = model.eval()
         return policies
 
-    @staticmethod
-    def set_lr(optimizer, lr: float):
-        for param_group in optimizer.param_groups:
-            if isinstance(param_group["lr"], torch.Tensor):  # read by a captured step
-                param_group["lr"].fill_(lr)
-            else:
-                param_group["lr"] = lr

@@ -1,21 +1,20 @@
 """The off-policy core that DDPG, TD3 and SAC share: replay on the device, the rollout, the
 gradient-step loop, target networks and checkpoints.
 
-Read top to bottom: the config; a policy's group (its networks, from
-offpolicy_networks.py, its optimizers and replay shard); the `OffPolicy`
-algorithm: `collect` (a rollout of `rollout_len` steps over every replica:
-uniformly random actions for the first `learning_starts` env steps, then the
-actor's, with exploration; every agent-step in play goes into its policy's
-replay ring, on the device) and `update` (`replay_ratio` x this
-process's env steps gradient steps per policy, each: sample a batch, step
-the critics towards the algorithm's target, and when due the actor). The
-gradient step is written once, over the networks' parameters, and run by a
-training.fused executor: one compiled call (`trainer.compile`), or eagerly; on
-a CUDA device the rollout and the gradient step are replayed as CUDA graphs
-where their sample is static (`graphs_supported`).
-What differs between the algorithms is a few methods: `next_action` (the
-action and entropy term the target is taken at), `actor_due`, `actor_loss`
-and SAC's `alpha_loss` (ddpg.py, td3.py, sac.py).
+Read top to bottom: the config; the `OffPolicy` algorithm: `rollout` (`rollout_len`
+steps over every replica: uniformly random actions for the first `learning_starts`
+env steps, then the actor's, with exploration; every agent-step in play goes into its
+policy's replay ring, on the device); `update` (`replay_ratio` x this process's env
+steps gradient steps per policy); `gradient_step`, the step itself, written once
+over the networks' parameters: the critics towards the algorithm's target, and when
+due the actor, SAC's alpha and the targets. What differs between the algorithms is a
+few methods: `next_action` (the action and entropy term the target is taken at),
+`actor_due`, `actor_loss` and SAC's `alpha_loss` (ddpg.py, td3.py, sac.py).
+
+How a step runs is picked once, when the algorithm is built (offpolicy_build.py):
+eagerly, compiled (`trainer.compile`), replayed as CUDA graphs where its sample is
+static, or every population member's at once under torch.func.vmap
+(offpolicy_members.py); each runs this same `gradient_step`.
 
 Actions live in [-1, 1] per dimension here (the actor's tanh); the env gets
 them scaled into its Box. Transitions keep the true final observation of a
@@ -31,21 +30,17 @@ rank takes the same step and the models stay identical.
 """
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import torch
 
 from gpusim.config import require
-from gpusim.errors import GpusimError
+from gpusim.errors import ConfigError, GpusimError
 
-from ..acceleration import MaybeCompiled, adam, load_keeping_lr, plain_lr
-from ..actors import Actors
-from ..fused import EagerDescent, FusedStep
-from ..replay import LOCAL, ReplayBuffer, TorchCollectives
+from ..population import Members, finite_members, restore_member, stacked_state
 from .base import Algorithm
-from .offpolicy_graphs import OffPolicyGraphs
+from .offpolicy_build import build
 from .offpolicy_networks import NetsOn, OffPolicyModel
 
 # On the CPU a compiled gradient step saves about 5 ms (12.7 -> 7.9 ms, SAC 256x256, one
@@ -90,56 +85,21 @@ class OffPolicyConfig:
                 "before its first gradient step")
 
 
-class Optimizers:
-    """A policy's optimizers under one name, so checkpoints treat them as one."""
-
-    def __init__(self, **optimizers):
-        self.by_name = {k: v for k, v in optimizers.items() if v is not None}
-
-    def __getitem__(self, name):
-        return self.by_name[name]
-
-    def state_dict(self) -> dict:
-        return {name: plain_lr(opt.state_dict()) for name, opt in self.by_name.items()}
-
-    def load_state_dict(self, state: dict):
-        for name, opt in self.by_name.items():
-            load_keeping_lr(opt, state[name])
-
-
-@dataclass
-class OffPolicyGroup:
-    """One policy: its space, agents, networks, optimizers and replay shard."""
-    name: str
-    spec: object
-    agents: object
-    model: OffPolicyModel
-    optimizer: Optimizers
-    replay: ReplayBuffer
-    updates: int = 0  # gradient steps taken (TD3 delays its actor by this count)
-    fused: FusedStep | None = None  # the whole gradient step compiled (training.fused)
-    graphs: dict = field(default_factory=dict)  # static steps: actor due -> its StepGraph
-    step_stats: torch.Tensor | None = None      # what a static step's statistics go into
-
-    @functools.cached_property
-    def optimized(self) -> dict:
-        """Optimizer name -> (its parameters by name, the optimizer)."""
-        model, opts = self.model, self.optimizer.by_name
-        params = {"actor": dict(model.actor.named_parameters()),
-                  "critic": dict(model.critics.named_parameters()),
-                  "alpha": {"log_alpha": model.log_alpha}}
-        return {name: (params[name], opt) for name, opt in opts.items()}
-
-
-class OffPolicy(OffPolicyGraphs, Algorithm):
+class OffPolicy(Algorithm):
     """The shared core; a subclass sets its networks and its three methods."""
     Config = OffPolicyConfig
     stats = ("policy_loss", "value_loss", "entropy", "alpha")
     num_critics = 1
     stochastic = False  # a Gaussian actor (SAC) rather than a deterministic one
-    populates = True  # trainer.population (training.algorithms.population_offpolicy)
 
     def __init__(self, config, env, context, timer):
+        self.members = Members(config, env, context)
+        if not self.members.solo:
+            if config.trainer.compile == "on":
+                raise ConfigError("config key 'trainer.compile' on: a population runs "
+                                  "uncompiled (its members' one batched call is what compiling "
+                                  "would buy); use auto or off")
+            config = replace(config, trainer=replace(config.trainer, compile="off"))
         super().__init__(config, env, context, timer)
         cfg = self.cfg
         for name, spec in env.policy_specs.items():
@@ -148,17 +108,31 @@ class OffPolicy(OffPolicyGraphs, Algorithm):
                                   f"continuous actions, and policy {name!r} acts discretely "
                                   "(use ppo or a2c)")
         row = sum(4 * (2 * s.obs_dim + s.action_width + 3) for s in env.policy_specs.values())
-        env.backend.check_fits(f"the replay buffers ({cfg.replay_size:,} transitions per "
-                               "policy)", cfg.replay_size * row)
-        self.collectives = TorchCollectives() if self.distributed else LOCAL
-        self.check_models_fit(networks=2 * (1 + self.num_critics))  # online and target
-        self.groups = [self._policy_group(name, spec)
-                       for name, spec in env.policy_specs.items()]
-        self.actors = Actors(env, {g.name: g.model for g in self.groups},
-                             wrap=lambda fn, what: MaybeCompiled(fn, what, self.compile_acting))
-        self.explorers = Actors(env, {})  # uniformly random, before learning starts
+        size = self.members.count
+        env.backend.check_fits(
+            f"the replay buffers ({f'{size} x ' if size > 1 else ''}{cfg.replay_size:,} "
+            "transitions per policy)", size * cfg.replay_size * row)
+        self.check_models_fit(networks=2 * (1 + self.num_critics) * size)  # online and target
         self.env_steps = 0
-        self.rollout_graphs = {}  # static steps: each step's way of acting -> its StepGraph
+        build(self)  # groups (networks, Adams, replay), actors; how a step and a rollout run
+
+    def graphs_supported(self, trainer) -> bool:
+        """The gradient step is static (a CUDA graph replays it) where its sample is: a lone
+        process's uniform replay, every row valid, one member. Elsewhere it runs eagerly,
+        and `cuda_graphs: on` is refused in one line."""
+        why = None
+        if not self.members.solo:
+            why = "a population samples each member's own ring"
+        elif self.cfg.prioritized_replay:
+            why = "prioritized replay samples in proportion to priorities over the held rows"
+        elif self.env.agent_active_array is not None:
+            why = "with per-agent done, the replay draws only rows in play"
+        elif self.distributed:
+            why = "several processes sample across their shards"
+        if why and trainer.cuda_graphs == "on":
+            raise GpusimError(f"config key 'trainer.cuda_graphs' on: {why}, so its gradient "
+                              "step is not captured (use auto or off)")
+        return why is None
 
     def compiling_pays_on_cpu(self) -> bool:
         """A run of at least CPU_COMPILE_MIN_STEPS gradient steps (after learning_starts)."""
@@ -176,35 +150,19 @@ class OffPolicy(OffPolicyGraphs, Algorithm):
         for training rollouts)."""
         return OffPolicyModel(spec, config.policy, cls.num_critics, cls.stochastic)
 
-    def _policy_group(self, name, spec) -> OffPolicyGroup:
-        cfg, env = self.cfg, self.env
-        model = self.model_for(self.config, spec).to(env.device)
-        if self.distributed:  # every rank starts from rank 0's weights
-            for tensor in model.state_dict().values():
-                torch.distributed.broadcast(tensor, src=0)
-        lr = self.config.trainer.lr
-        device = env.device if self.use_graphs else None  # a captured step: capturable Adams
-        optimizers = Optimizers(actor=adam(model.actor.parameters(), lr, capturable_on=device),
-                                critic=adam(model.critics.parameters(), lr,
-                                            capturable_on=device),
-                                alpha=adam([model.log_alpha], lr, capturable_on=device)
-                                if model.log_alpha.requires_grad else None)
-        replay = ReplayBuffer(cfg.replay_size, spec.obs_dim, (spec.action_width,), torch.float32,
-                              env.device, prioritized=cfg.prioritized_replay,
-                              alpha=cfg.priority_alpha, collectives=self.collectives,
-                              seed=self.config.trainer.seed * 1000
-                              + list(env.policy_specs).index(name))
-        group = OffPolicyGroup(name, spec, self.agents[name], model, optimizers, replay)
-        if self.use_compile and not self.distributed:  # (DDP sums gradients between steps)
-            group.fused = FusedStep(group.optimized,
-                                    lambda descent, *batch: self._gradient_step(descent, group,
-                                                                                *batch),
-                                    cfg.max_grad_norm, f"policy {name!r} (gradient step)")
-        return group
-
     # ---- rollout -------------------------------------------------------------------
+    def collect(self, env_steps: int):
+        """A rollout: random actions for the steps before `learning_starts`, the actor's
+        after (run as `build` chose: eagerly, or a CUDA graph per way of acting)."""
+        t_cfg = self.config.trainer
+        self.env_steps = env_steps
+        # (trainer.num_envs: a population's env holds every member's replicas)
+        explore = tuple(env_steps + t * t_cfg.num_envs * self.world_size
+                        < self.cfg.learning_starts for t in range(t_cfg.rollout_len))
+        self.run_rollout(explore)
+
     @torch.no_grad()
-    def _collect(self, explore: tuple):
+    def rollout(self, explore: tuple):
         t_cfg, env = self.config.trainer, self.env
         for t in range(t_cfg.rollout_len):
             active = env.agent_active()
@@ -225,67 +183,61 @@ class OffPolicy(OffPolicyGraphs, Algorithm):
                     ended = terminated[:, None].expand(-1, g.spec.num_agents)
                     if active is not None:  # an agent that left play terminated too
                         ended = ended | ~still[:, g.agents]
+                    # (replica, agent) flattened into rows; with per-agent done, rows of
+                    # agents out of play are kept but flagged, never drawn (no host sync)
                     rows = None if active is None else active[:, g.agents].reshape(-1)
-                    self._store(g, rows, obs[g.name], acted.stored[g.name],
-                                reward[:, g.agents] * t_cfg.reward_scale,
-                                self.observe(g.name, true_next), ended)
+                    fields = (obs[g.name], acted.stored[g.name],
+                              reward[:, g.agents] * t_cfg.reward_scale,
+                              self.observe(g.name, true_next), ended)
+                    g.store(*(x.reshape((-1,) + x.shape[2:]) for x in fields), valid=rows)
                 self.episodes.record(t, reward, done, active)
-
-    def _store(self, group, rows, obs, action, reward, next_obs, ended):
-        """Flatten (replica, agent) into rows; with per-agent done, rows of agents out of
-        play are kept but flagged, never drawn (no data-dependent shape: no host sync). In
-        static steps only the device side (`collect` advances the counters)."""
-        flat = [x.reshape((-1,) + x.shape[2:]) for x in (obs, action, reward, next_obs, ended)]
-        if self.static_steps:
-            group.replay.write(*flat, valid=rows)
-        else:
-            group.replay.add(*flat, valid=rows)
 
     # ---- update --------------------------------------------------------------------
     def update(self, lr: float) -> dict:
-        t_cfg = self.config.trainer
+        """Each policy's gradient steps (none before `learning_starts`); the mean
+        statistics per reported name (a population's diverged members put back first)."""
+        t_cfg, members = self.config.trainer, self.members
         steps_taken = self.env_steps + t_cfg.steps_per_iteration * self.world_size
-        learning = steps_taken > self.cfg.learning_starts
-        gradient_steps = self.gradient_steps_per_iteration()
-        stats = {}
+        steps = self.gradient_steps_per_iteration() if steps_taken > self.cfg.learning_starts \
+            else 0
+        self.set_rates(lr)
+        before = [stacked_state(self.tensors(g)) for g in self.groups] \
+            if steps and not members.solo else None
+        totals = []
         for g in self.groups:
-            for opt in g.optimizer.by_name.values():
-                self.set_lr(opt, lr)
-            total = torch.zeros(len(self.stats), device=self.env.device)
-            for _ in range(gradient_steps if learning else 0):
-                total += self.gradient_step(g)
-            stats[g.name] = dict(zip(self.stats,
-                                     (total / max(1, gradient_steps * learning)).tolist()))
-        return stats
+            total = torch.zeros(self.stats_shape, device=self.env.device)
+            for _ in range(steps):
+                total += g.step()
+            totals.append(total / max(1, steps))
+        values = torch.stack(totals).tolist()  # one host read
+        if before is not None:
+            finite = finite_members([q for g in self.groups for q in g.model.parameters()],
+                                    members.count)
+            members.freeze_diverged(values, finite, lambda k: [
+                restore_member(self.tensors(g), saved, k)
+                for g, saved in zip(self.groups, before)])
+        return members.report([g.name for g in self.groups],
+                              [dict(zip(self.stats, v)) if members.solo
+                               else [dict(zip(self.stats, m)) for m in v] for v in values])
 
-    def gradient_step(self, g: OffPolicyGroup) -> torch.Tensor:
+    def set_rates(self, lr: float):
+        """Every Adam at the loop's rate (a population: each member's, 0 where it stopped
+        learning, whose targets stop moving too)."""
+        rates = self.members.rates(lr)
+        for g in self.groups:
+            for adam in g.optimizer.by_name.values():
+                adam.set_lr(rates)
+        if not self.members.solo:
+            alive = torch.tensor(self.members.alive, dtype=torch.float32, device=self.env.device)
+            self.tau.copy_(self.tau_base * alive)
+
+    def gradient_step(self, descent, g, obs, actions, rewards, next_obs, terminated, weights,
+                      actor_due: bool, nets: NetsOn | None = None):
         """One step of the critics towards r + gamma * (1 - terminated) * Q'(s', a'), and
-        when due one step of the actor (and of SAC's alpha) and of the targets: one
-        compiled call where enabled, or replayed as a CUDA graph (static steps), else eagerly.
-        Returns the step's statistics."""
-        cfg = self.cfg
-        if self.static_steps:
-            return self._static_gradient_step(g)
-        batch = g.replay.sample(cfg.batch_size, beta=cfg.priority_beta)
-        g.updates += 1
-        inputs = (batch.obs, batch.actions, batch.rewards, batch.next_obs, batch.terminated,
-                  batch.weights, self.actor_due(g))
-        out = g.fused(*inputs) if g.fused is not None else None
-        if out is None:
-            reduce = self._sum_across_ranks if self.distributed else None
-            out = self._gradient_step(EagerDescent(g.optimized, cfg.max_grad_norm, reduce),
-                                      g, *inputs)
-        stats, td = out
-        if cfg.prioritized_replay:
-            g.replay.update_priorities(batch.index, td.abs().max(0).values)
-        return stats
-
-    def _gradient_step(self, descent, g: OffPolicyGroup, obs, actions, rewards, next_obs,
-                       terminated, weights, actor_due: bool, nets: NetsOn | None = None):
-        """The gradient step on a sampled batch, its networks and steps taken through
-        `descent` (training.fused: compiled, or eager), its networks run through `nets`
-        (default: the group's own; a population member's: population_offpolicy.py).
-        Returns (statistics, TD errors)."""
+        when due one step of the actor (and of SAC's alpha) and of the targets, on a sampled
+        batch: its networks and steps taken through `descent` (training.descent: compiled,
+        or eager), its networks run through `nets` (default: the group's own; a population
+        member's: offpolicy_members.py). Returns (statistics, TD errors)."""
         cfg, model = self.cfg, g.model
         autocast = self.precision.autocast  # forwards in bf16 where asked; losses in fp32
         critic_params = descent.params("critic")
@@ -336,12 +288,12 @@ class OffPolicy(OffPolicyGraphs, Algorithm):
         the networks as the step sees them (NetsOn)."""
         raise NotImplementedError
 
-    def actor_due(self, g: OffPolicyGroup) -> bool:
+    def actor_due(self, g) -> bool:
         return True
 
     def step_draws(self, actor_due: bool) -> int:
-        """How many standard normal (batch, action dims) draws one gradient step takes from
-        torch's generator, in order (a population member's come from its own)."""
+        """How many standard normal (batch, action dims) draws one gradient step takes, in
+        order: a population member's come from its own generator, drawn beforehand."""
         return 0
 
     def actor_loss(self, g, obs, alpha):
@@ -352,35 +304,41 @@ class OffPolicy(OffPolicyGraphs, Algorithm):
         """The loss a tuned entropy weight descends (SAC)."""
         raise NotImplementedError
 
-    @staticmethod
-    def _sum_across_ranks(grads):
-        """Sum gradients over ranks (losses are already divided by the global batch)."""
-        flat = torch.cat([grad.reshape(-1) for grad in grads])
-        torch.distributed.all_reduce(flat)
-        offset = 0
-        for grad in grads:
-            grad.copy_(flat[offset:offset + grad.numel()].view_as(grad))
-            offset += grad.numel()
-
     # ---- checkpoints -----------------------------------------------------------------
     def models(self) -> dict:
         return {g.name: g.model for g in self.groups}
 
+    @staticmethod
+    def tensors(g) -> list:
+        """Every tensor of a policy's training state (a population's: members leading)."""
+        out = list(g.model.parameters())
+        for adam in g.optimizer.by_name.values():
+            out += adam.exp_avg + adam.exp_avg_sq + [adam.step_count]
+        return out
+
     def state_dict(self) -> dict:
-        return {"models": {g.name: g.model.state_dict() for g in self.groups},
-                "optimizers": {g.name: g.optimizer.state_dict() for g in self.groups},
-                "updates": {g.name: g.updates for g in self.groups}}
+        state = {"models": {g.name: g.model.state_dict() for g in self.groups},
+                 "optimizers": {g.name: g.optimizer.state_dict() for g in self.groups},
+                 "updates": {g.name: g.updates for g in self.groups}}
+        if not self.members.solo:
+            state.update(self.members.state_dict(),
+                         noise_rngs=[n.get_state() for n in self.noise])
+        return state
 
     def load_state_dict(self, state: dict):
         self.check_policies(state, "models", "optimizers", "updates")
+        if not self.members.solo:
+            self.members.load_state_dict(state)
         for g in self.groups:
             g.model.load_state_dict(state["models"][g.name])
             g.optimizer.load_state_dict(state["optimizers"][g.name])
             g.updates = state["updates"][g.name]
-            for graph in g.graphs.values():  # the optimizers' state tensors are new
+            for graph in g.graphs.values():  # capture again, after the loaded state
                 graph.drop()
-        for graph in self.rollout_graphs.values():  # (the actors' weights: the same tensors)
+        for graph in self.rollout_graphs.values():
             graph.drop()
+        for generator, saved in zip(getattr(self, "noise", ()), state.get("noise_rngs", ())):
+            generator.set_state(saved)
 
     def rank_state_dict(self) -> dict:
         if not self.cfg.checkpoint_replay:
@@ -395,6 +353,13 @@ class OffPolicy(OffPolicyGraphs, Algorithm):
             return
         for g in self.groups:
             g.replay.load_state_dict(state["replay"][g.name])
+
+    def warming_up(self) -> bool:
+        """Whether a graph is still to be captured (the gradient steps' after learning
+        starts)."""
+        graphs = [*self.rollout_graphs.values(),
+                  *(graph for g in self.groups for graph in g.graphs.values())]
+        return any(graph.warming_up() for graph in graphs)
 
     @classmethod
     def acting_model(cls, config, env, spec):

@@ -1,0 +1,211 @@
+"""What an off-policy run is made of, and how its steps run, chosen once when it is built.
+
+`build`: each policy's group (its networks, one Adam per network, its replay shard;
+a population's from offpolicy_members.py), the actors, and `choose_speed`: how the
+gradient step (`OffPolicy.gradient_step`) and the rollout (`OffPolicy.rollout`) run.
+A gradient step runs eagerly (`EagerStep`), compiled whole (`trainer.compile`), as a
+CUDA graph replayed (`GraphedStep`, where its sample is static: its rows drawn into a
+fixed tensor first and sampled against the replay's held count on the device), or
+every population member's at once (offpolicy_members.MembersStep). Where the step is
+graphed, so is the rollout, one graph per way of acting (random before
+`learning_starts`, the actor's after); the replay rings are then written on the device
+and their host counters advance after it.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+import torch
+
+from ..acceleration import MaybeCompiled
+from ..actors import Actors
+from ..descent import Adam, CompiledDescent, EagerDescent
+from ..graphs import StepGraph
+from ..replay import LOCAL, ReplayBuffer, TorchCollectives
+from .offpolicy_networks import OffPolicyModel
+
+
+class Optimizers:
+    """A policy's Adams under one name, so checkpoints treat them as one."""
+
+    def __init__(self, **optimizers):
+        self.by_name = {k: v for k, v in optimizers.items() if v is not None}
+
+    def __getitem__(self, name):
+        return self.by_name[name]
+
+    def state_dict(self) -> dict:
+        return {name: adam.state_dict() for name, adam in self.by_name.items()}
+
+    def load_state_dict(self, state: dict):
+        for name, adam in self.by_name.items():
+            adam.load_state_dict(state[name])
+
+
+@dataclass
+class OffPolicyGroup:
+    """One policy: its space, agents, networks, Adams and replay shard, and how its steps
+    run."""
+    name: str
+    spec: object
+    agents: object
+    model: OffPolicyModel
+    optimizer: Optimizers
+    replay: object           # its ReplayBuffer (a population's: offpolicy_members.MemberReplays)
+    updates: int = 0         # gradient steps taken (TD3 delays its actor by this count)
+    step: object = None      # one gradient step -> its statistics (chosen by `choose_speed`)
+    store: object = None     # the replay's add (or, in a graphed rollout, its device-side write)
+    graphs: dict = field(default_factory=dict)  # a graphed step's: actor due -> its StepGraph
+
+    @functools.cached_property
+    def optimized(self) -> dict:
+        """Optimizer name -> (its parameters by name, its Adam)."""
+        model, opts = self.model, self.optimizer.by_name
+        params = {"actor": dict(model.actor.named_parameters()),
+                  "critic": dict(model.critics.named_parameters()),
+                  "alpha": {"log_alpha": model.log_alpha}}
+        return {name: (params[name], opt) for name, opt in opts.items()}
+
+
+def build(algo):
+    env, members = algo.env, algo.members
+    algo.collectives = TorchCollectives() if algo.distributed else LOCAL
+    if members.solo:
+        algo.groups = [solo_group(algo, name, spec) for name, spec in env.policy_specs.items()]
+    else:
+        from .offpolicy_members import build_members
+        build_members(algo)  # the groups, each member's generators, explorers and tau
+    algo.actors = Actors(env, {g.name: g.model for g in algo.groups},
+                         wrap=lambda fn, what: MaybeCompiled(fn, what, algo.compile_acting))
+    if members.solo:
+        algo.explorers = Actors(env, {})  # uniformly random, before learning starts
+    algo.episodes.members = members.count
+    algo.stats_shape = ((members.count,) if not members.solo else ()) + (len(algo.stats),)
+    choose_speed(algo)
+
+
+def solo_group(algo, name, spec) -> OffPolicyGroup:
+    cfg, env = algo.cfg, algo.env
+    model = algo.model_for(algo.config, spec).to(env.device)
+    if algo.distributed:  # every rank starts from rank 0's weights
+        for tensor in model.state_dict().values():
+            torch.distributed.broadcast(tensor, src=0)
+    lr = algo.config.trainer.lr
+
+    def adam(params):  # (a captured step reads device learning rates)
+        return Adam(params, lr, max_grad_norm=cfg.max_grad_norm, device_lr=algo.use_graphs)
+    optimizers = Optimizers(actor=adam(list(model.actor.parameters())),
+                            critic=adam(list(model.critics.parameters())),
+                            alpha=adam([model.log_alpha]) if model.log_alpha.requires_grad
+                            else None)
+    replay = ReplayBuffer(cfg.replay_size, spec.obs_dim, (spec.action_width,), torch.float32,
+                          env.device, prioritized=cfg.prioritized_replay,
+                          alpha=cfg.priority_alpha, collectives=algo.collectives,
+                          seed=algo.config.trainer.seed * 1000 + list(env.policy_specs).index(name))
+    return OffPolicyGroup(name, spec, algo.agents[name], model, optimizers, replay)
+
+
+def choose_speed(algo):
+    """How each gradient step and the rollout run (see the module), once."""
+    static = algo.use_graphs  # (graphs_supported: only where the sample is static)
+    algo.rollout_graphs = {}
+    algo.run_rollout = functools.partial(graphed_rollout, algo) if static else algo.rollout
+    for g in algo.groups:
+        g.store = g.replay.write if static else g.replay.add
+        if not algo.members.solo:
+            from .offpolicy_members import MembersStep
+            g.step = MembersStep(algo, g)
+        elif static:
+            g.step = GraphedStep(algo, g)
+        else:
+            compiled = None
+            if algo.use_compile and not algo.distributed:  # (DDP sums gradients between)
+                compiled = CompiledDescent(
+                    g.optimized, lambda descent, *batch, g=g: algo.gradient_step(descent, g,
+                                                                                 *batch),
+                    f"policy {g.name!r} (gradient step)")
+            g.step = EagerStep(algo, g, compiled)
+
+
+class EagerStep:
+    """A gradient step on a sampled batch: compiled where it can be, else eagerly (under
+    DDP its gradients summed across ranks)."""
+
+    def __init__(self, algo, g: OffPolicyGroup, compiled=None):
+        self.algo, self.g, self.compiled = algo, g, compiled
+        reduce = sum_across_ranks if algo.distributed else None
+        self.eager = EagerDescent(g.optimized, reduce)
+
+    def __call__(self) -> torch.Tensor:
+        algo, g, cfg = self.algo, self.g, self.algo.cfg
+        batch = g.replay.sample(cfg.batch_size, beta=cfg.priority_beta)
+        g.updates += 1
+        inputs = (batch.obs, batch.actions, batch.rewards, batch.next_obs, batch.terminated,
+                  batch.weights, algo.actor_due(g))
+        out = self.compiled(*inputs) if self.compiled is not None else None
+        if out is None:
+            out = algo.gradient_step(self.eager, g, *inputs)
+        stats, td = out
+        if cfg.prioritized_replay:
+            g.replay.update_priorities(batch.index, td.abs().max(0).values)
+        return stats
+
+
+class GraphedStep:
+    """The gradient step as a StepGraph, one per actor-due value (TD3 alternates): its
+    batch's rows drawn into a fixed tensor first (a graph replays only torch's default
+    generator), then sampled, stepped and its statistics returned inside the graph."""
+
+    def __init__(self, algo, g: OffPolicyGroup):
+        self.algo, self.g = algo, g
+        self.eager = EagerDescent(g.optimized)
+
+    def __call__(self) -> torch.Tensor:
+        algo, g = self.algo, self.g
+        g.updates += 1
+        due = algo.actor_due(g)
+        graph = g.graphs.get(due)
+        if graph is None:
+            graph = g.graphs[due] = StepGraph(functools.partial(self._step, due),
+                                              f"policy {g.name!r}'s gradient step", True,
+                                              algo.timer)
+        g.replay.draw_static(algo.cfg.batch_size)
+        return graph()
+
+    def _step(self, due: bool) -> torch.Tensor:
+        batch = self.g.replay.sample_static()
+        stats, _ = self.algo.gradient_step(self.eager, self.g, batch.obs, batch.actions,
+                                           batch.rewards, batch.next_obs, batch.terminated,
+                                           batch.weights, due)
+        return stats
+
+
+def graphed_rollout(algo, explore: tuple):
+    """A rollout replayed as a CUDA graph, one per way of acting (a rollout that crosses
+    `learning_starts` runs eagerly); the replay rings' host counters advance after it."""
+    graph = algo.rollout_graphs.get(explore)
+    if graph is None and len(set(explore)) == 1:
+        graph = algo.rollout_graphs[explore] = StepGraph(
+            functools.partial(algo.rollout, explore),
+            "the rollout" + (" (random actions)" if explore[0] else ""), True, algo.timer)
+    if graph is None:
+        algo.rollout(explore)
+    elif graph.graph is None:
+        graph()
+    else:
+        with algo.timer("rollout"):  # (a replay runs no Python: no inner sections)
+            graph()
+    for g in algo.groups:
+        for _ in range(algo.config.trainer.rollout_len):
+            g.replay.advance(algo.env.num_envs * g.spec.num_agents)
+
+
+def sum_across_ranks(grads):
+    """Sum gradients over ranks (losses are already divided by the global batch)."""
+    flat = torch.cat([grad.reshape(-1) for grad in grads])
+    torch.distributed.all_reduce(flat)
+    offset = 0
+    for grad in grads:
+        grad.copy_(flat[offset:offset + grad.numel()].view_as(grad))
+        offset += grad.numel()

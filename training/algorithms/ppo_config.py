@@ -1,0 +1,104 @@
+"""PPO's and A2C's own `trainer` keys (ppo.py), with their defaults and checks."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+from gpusim.config import require
+from gpusim.errors import ConfigError, GpusimError
+
+# On the CPU a fused (compiled) minibatch step saves 0.9-2 ms against an eager one in
+# cartpole's recipe (80 to 4,096 rows) and about 7 ms in tag_continuous's, while a first
+# compile costs 14-17 s (cartpole) to about 50 s (tag_continuous) more per process: it pays
+# from 7,000-20,000 steps in a run, so `compile: auto` compiles from this many
+# (docs/benchmarks.md, "compile: auto for PPO").
+CPU_COMPILE_MIN_STEPS = 20_000
+OUT_OF_PLAY = ("skip", "weigh")
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    update_epochs: int = 4         # passes over each rollout
+    num_minibatches: int = 4       # gradient steps per pass
+    gae_lambda: float = 0.95       # GAE lambda
+    clip_coef: float = 0.2         # PPO ratio clipping (and value clipping)
+    clip_vloss: bool = True        # clip the value loss as PPO does
+    vf_coef: float = 0.5           # weight of the value loss
+    ent_coef: float = 0.01         # weight of the entropy bonus
+    max_grad_norm: float = 0.5     # gradient-norm clipping (0: none)
+    norm_adv: bool = True          # normalise advantages per minibatch
+    max_minibatch_rows: int = 65536  # rows per forward/backward chunk of a minibatch: bounds
+                                     # activation memory; chunk gradients are accumulated
+    out_of_play: str = "skip"      # envs with per-agent done: rows of agents out of play are
+                                   # left out of the update (skip: one host read per update;
+                                   # on a CUDA device the update's fixed-size parts are
+                                   # graphs) or trained with weight 0 (weigh: on a CUDA
+                                   # device the whole update one graph)
+    # every policy key applies (training.config.check_policy_keys)
+    policy_keys: ClassVar[frozenset] = frozenset(
+        ("hidden_sizes", "activation", "state_dependent_std", "log_std_init", "recurrent",
+         "recurrent_size", "bptt_len", "critic"))
+
+    def check(self):
+        for key in ("update_epochs", "num_minibatches", "max_minibatch_rows"):
+            require(getattr(self, key) >= 1, f"trainer.{key}", "must be at least 1")
+        require(0 <= self.gae_lambda <= 1, "trainer.gae_lambda", "must lie in [0, 1]")
+        require(self.clip_coef > 0, "trainer.clip_coef", "must be positive")
+        require(self.out_of_play in OUT_OF_PLAY, "trainer.out_of_play",
+                f"must be one of {OUT_OF_PLAY}"
+                + (" (auto, which meant skip, is gone)" if self.out_of_play == "auto" else ""))
+        for key in ("vf_coef", "ent_coef", "max_grad_norm"):
+            require(getattr(self, key) >= 0, f"trainer.{key}", "must be >= 0")
+
+    def check_run(self, trainer):
+        require(self.num_minibatches <= trainer.num_envs * trainer.rollout_len,
+                "trainer.num_minibatches", "must not exceed num_envs x rollout_len")
+
+    def for_batch(self, rows: int, config_rows: int, max_rows: int) -> "PPOConfig":
+        """This config for `rows` rows per rollout where it was written for `config_rows`
+        (auto-scale's pick): the recipe's gradient steps per iteration, each on a larger
+        minibatch, up to `max_rows` rows (or the config's own, if more), beyond which the
+        minibatches grow in number; a minibatch stays one chunk (`max_minibatch_rows`)."""
+        per_minibatch = max(max_rows, -(-config_rows // self.num_minibatches))
+        minibatches = max(self.num_minibatches, -(-rows // per_minibatch))
+        chunk = max(self.max_minibatch_rows, min(-(-rows // minibatches), max_rows))
+        return replace(self, num_minibatches=minibatches, max_minibatch_rows=chunk)
+
+
+@dataclass(frozen=True)
+class A2CConfig(PPOConfig):
+    update_epochs: int = 1         # a2c: 1 (one gradient step per rollout)
+    num_minibatches: int = 1       # a2c: 1
+
+    def for_batch(self, rows: int, config_rows: int, max_rows: int) -> "A2CConfig":
+        return self  # one gradient step per rollout, whatever its size
+
+    def check(self):
+        super().check()
+        require(self.update_epochs == 1 and self.num_minibatches == 1, "trainer.algorithm",
+                "a2c takes one gradient step per rollout: update_epochs and num_minibatches "
+                "must be 1")
+
+
+def check_for_env(config, env, population: bool):
+    """What the config asks that this env, or a population, cannot do: one line each."""
+    policy = config.policy
+    if policy.recurrent != "none" and (policy.critic == "central"
+                                       or config.trainer.rollout_len % policy.bptt_len):
+        raise GpusimError("policy.recurrent needs policy.critic local and a rollout_len "
+                          f"that is a multiple of policy.bptt_len ({policy.bptt_len})")
+    if not any(spec.continuous for spec in env.policy_specs.values()):
+        for key in ("state_dependent_std", "log_std_init"):  # the Gaussian head's keys
+            if getattr(policy, key) != getattr(type(policy)(), key):
+                raise GpusimError(f"config key 'policy.{key}' applies to continuous "
+                                  f"actions, and every policy of {env.name} acts discretely")
+    if not population:
+        return
+    if policy.recurrent != "none":
+        raise GpusimError("config key 'trainer.population' with policy.recurrent: a "
+                          "population of recurrent policies is not batched yet (run its "
+                          "members as separate runs)")
+    if config.trainer.compile == "on":
+        raise ConfigError("config key 'trainer.compile' on: a population runs uncompiled (its "
+                          "members' one batched call is what compiling would buy); use auto "
+                          "or off")

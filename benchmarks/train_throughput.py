@@ -47,7 +47,8 @@ from phase_profile import print_profile, profile_iteration
 from gpusim.backends import cuda_works
 from gpusim.envs import env_class
 from gpusim.scale.device import DeviceContext
-from gpusim.training.acceleration import adam, resolve_precision
+from gpusim.training.acceleration import resolve_precision
+from gpusim.training.descent import Adam
 from gpusim.training.autoscale import auto_scale, measure_training
 from gpusim.training.config import load_run_config
 from gpusim.training.models import ActorCritic
@@ -177,8 +178,8 @@ def learner_limit(device: torch.device, precision: str, rows: int, repeats: int 
     env = env_class(ENV)(num_envs=1, backend="cpu", config=env_class(ENV).config_class.load(
         **ENV_CONFIG))
     model = ActorCritic(env.obs_dim, env.action_nvec, HIDDEN, "relu").to(device)
-    optimizer = adam(model.parameters(), 3e-4, eps=1e-5,
-                     capturable_on=device if graphs else None)
+    adam = Adam(list(model.parameters()), 3e-4, eps=1e-5, max_grad_norm=0.5,
+                device_lr=graphs)
     autocast = resolve_precision(precision, device).autocast
     obs = torch.randn((rows, env.obs_dim), device=device)
     actions = torch.stack([torch.randint(0, n, (rows,), device=device)
@@ -192,10 +193,9 @@ def learner_limit(device: torch.device, precision: str, rows: int, repeats: int 
         with autocast():
             log_prob, entropy, value = model(obs, actions)
         loss = -log_prob.mean() - 0.01 * entropy.mean() + 0.5 * (value ** 2).mean()
-        optimizer.zero_grad(set_to_none=True)
+        adam.zero_grad()
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
-        optimizer.step()
+        adam.step()  # clipped
 
     steps = {"forward": forward, "update": update}
     if graphs:

@@ -59,7 +59,7 @@ def ddp_worker(out_dir):
     trainer = Trainer(config, CartPole, context)
     first_rng = trainer.env.rng_state.clone()
     summary = trainer.train()
-    torch.save({"params": {g.name: g.model.state_dict() for g in trainer.algorithm.groups},
+    torch.save({"params": {g.name: g.model.state_dict() for g in trainer.algorithm.policies},
                 "first_rng": first_rng, "summary": summary,
                 "state": trainer.state_dict()},
                Path(out_dir) / f"rank{context.rank}.pt")

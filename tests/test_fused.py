@@ -1,6 +1,6 @@
-"""The compiled learner (training.fused) keeps the eager learner's semantics: Adam and
-clipping as torch computes them, a fused minibatch step equal to the eager one, the
-rollout's log-probabilities equal to the learner's, and identical reruns."""
+"""The compiled learner (training.descent.CompiledDescent) keeps the eager learner's
+semantics: a compiled minibatch or gradient step equal to the eager one, the rollout's
+log-probabilities equal to the learner's, identical reruns; and the forms of tanh."""
 import copy
 
 import pytest
@@ -9,7 +9,6 @@ import torch
 from gpusim.envs import env_class
 from gpusim.training import losses, models
 from gpusim.training.config import load_run_config
-from gpusim.training.fused import clip_and_adam
 from gpusim.training.loop import Trainer
 
 
@@ -19,27 +18,6 @@ def trainer_for(name, **trainer):
     overrides.update({f"trainer.{k}": v for k, v in trainer.items()})
     cls = env_class(name)
     return Trainer(load_run_config(name, cls, overrides=overrides), cls)
-
-
-def test_clip_and_adam_is_torch_clipping_and_adam():
-    torch.manual_seed(0)
-    params = [torch.randn(5, 3), torch.randn(3), torch.randn(())]
-    theirs = [torch.nn.Parameter(p.clone()) for p in params]
-    optimizer = torch.optim.Adam(theirs, lr=3e-3, eps=1e-5)
-    state = [(torch.zeros(()), torch.zeros_like(p), torch.zeros_like(p)) for p in params]
-    for scale in (10.0, 0.01, 1.0):  # clipped, unclipped, ...
-        grads = [torch.randn_like(p) * scale for p in params]
-        clip_and_adam(params, grads, state, torch.tensor(3e-3), (0.9, 0.999), 1e-5, 0.5)
-        for p, g in zip(theirs, grads):
-            p.grad = g.clone()
-        torch.nn.utils.clip_grad_norm_(theirs, 0.5)
-        optimizer.step()
-        for mine, their in zip(params, theirs):
-            torch.testing.assert_close(mine, their.detach(), rtol=1e-5, atol=1e-7)
-    for (step, m, v), p in zip(state, theirs):
-        torch.testing.assert_close(m, optimizer.state[p]["exp_avg"])
-        torch.testing.assert_close(v, optimizer.state[p]["exp_avg_sq"])
-        assert float(step) == float(optimizer.state[p]["step"]) == 3
 
 
 def test_compiled_tanh_form_agrees_with_tanh(monkeypatch):
@@ -76,10 +54,10 @@ def test_rollout_values_are_the_per_step_critic():
     trainer = trainer_for("cartpole")
     algorithm = trainer.algorithm
     algorithm.collect(0)
-    group = algorithm.groups[0]
+    group = algorithm.policies[0]
     buf = group.buffer
     with torch.no_grad():
-        algorithm._rollout_values(group, None)
+        algorithm.rollout_values(group, None)
         for t in range(buf.obs.shape[0]):
             torch.testing.assert_close(buf.values[t], group.model.value(buf.obs[t]),
                                        rtol=1e-6, atol=1e-6)
@@ -97,7 +75,7 @@ def test_values_of_rows_in_play_only_leave_their_advantages_unchanged():
         algorithm.collect(0)
         algorithm.update(1e-3)
     algorithm.collect(0)
-    group = algorithm.groups[1]  # the runners
+    group = algorithm.policies[1]  # the runners
     buf = group.buffer
     in_play = buf.active.reshape(-1).nonzero()[:, 0]
     assert 0 < in_play.numel() < buf.active.numel()
@@ -105,7 +83,7 @@ def test_values_of_rows_in_play_only_leave_their_advantages_unchanged():
     results = []
     with torch.no_grad():
         for rows in (None, in_play):
-            algorithm._rollout_values(group, rows)
+            algorithm.rollout_values(group, rows)
             results.append([x.reshape(-1)[in_play] for x in losses.gae(
                 buf.rewards, buf.values, buf.dones, next_value.float(),
                 config.trainer.gamma, config.algo.gae_lambda)])
@@ -113,16 +91,22 @@ def test_values_of_rows_in_play_only_leave_their_advantages_unchanged():
         torch.testing.assert_close(only_in_play, every_row, rtol=1e-5, atol=1e-5)
 
 
-def run_steps(trainer, group, steps):
-    """`steps` minibatch steps on fixed rows; the statistics and the parameters after."""
+def run_steps(trainer, step, steps):
+    """`steps` minibatch steps (through `step`) on fixed rows; the statistics and the
+    parameters after."""
     algorithm = trainer.algorithm
-    rows = torch.arange(group.buffer.rewards.numel())
+    policy = algorithm.policies[0]
+    rows = torch.arange(policy.buffer.rewards.numel())
     generator = torch.Generator().manual_seed(1)
     advantages = torch.randn(rows.numel(), generator=generator)
     returns = torch.randn(rows.numel(), generator=generator)
-    stats = [algorithm._minibatch_step(group, rows[k::2], advantages, returns).clone()
-             for k in range(steps)]
-    return stats, [p.detach().clone() for p in group.model.parameters()]
+    policy.step, eager = step, policy.step
+    try:
+        stats = [algorithm.minibatch_step(policy, rows[k::2], None, advantages, returns).clone()
+                 for k in range(steps)]
+    finally:
+        policy.step = eager
+    return stats, [p.detach().clone() for p in policy.model.parameters()]
 
 
 @pytest.mark.slow
@@ -131,15 +115,15 @@ def test_fused_minibatch_steps_equal_eager_ones(name):
     trainer = trainer_for(name, compile="on")
     algorithm = trainer.algorithm
     algorithm.collect(0)
-    group = algorithm.groups[0]
-    assert group.fused is not None
-    start = (copy.deepcopy(group.model.state_dict()), copy.deepcopy(group.optimizer.state_dict()))
-    fused_stats, fused_params = run_steps(trainer, group, 3)
-    assert group.fused.compiled is not None  # it ran compiled, no fallback
-    group.model.load_state_dict(start[0])
-    group.optimizer.load_state_dict(start[1])
-    group.fused = None
-    eager_stats, eager_params = run_steps(trainer, group, 3)
+    policy = algorithm.policies[0]
+    compiled = policy.step
+    assert compiled.compiled is not None
+    start = (copy.deepcopy(policy.model.state_dict()), copy.deepcopy(policy.adam.state_dict()))
+    fused_stats, fused_params = run_steps(trainer, compiled, 3)
+    assert compiled.compiled.compiled is not None  # it ran compiled, no fallback
+    policy.model.load_state_dict(start[0])
+    policy.adam.load_state_dict(start[1])
+    eager_stats, eager_params = run_steps(trainer, compiled.chunked, 3)
     for a, b in zip(fused_stats, eager_stats):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
     for a, b in zip(fused_params, eager_params):
@@ -153,7 +137,7 @@ def test_learner_log_probs_agree_with_the_rollout():
     trainer = trainer_for("cartpole", compile="on")
     algorithm = trainer.algorithm
     algorithm.collect(0)
-    group = algorithm.groups[0]
+    group = algorithm.policies[0]
     buf = group.buffer
     compiled = torch.compile(group.model)
     with torch.no_grad():
@@ -168,38 +152,36 @@ def test_compiled_reruns_are_identical():
     for _ in range(2):
         trainer = trainer_for("cartpole", compile="on", total_steps=8 * 32 * 2)
         trainer.train()
-        runs.append([p.detach().clone() for p in trainer.algorithm.groups[0].model.parameters()])
+        runs.append([p.detach().clone() for p in trainer.algorithm.policies[0].model.parameters()])
     for a, b in zip(*runs):
         assert torch.equal(a, b)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["ddpg", "td3", "sac"])
-def test_fused_gradient_steps_equal_eager_ones(algorithm, monkeypatch):
+def test_fused_gradient_steps_equal_eager_ones(algorithm):
     """Critic, actor, alpha and target steps in one compiled call give the eager steps'
-    statistics and weights (random draws taken from torch's generator in both, in the
-    same order)."""
-    import torch._inductor.config as inductor
-    monkeypatch.setattr(inductor, "fallback_random", True, raising=False)
+    statistics and weights (the step's random draws made before it, from torch's
+    generator, in both)."""
     trainer = trainer_for("pendulum", algorithm=algorithm, compile="on", num_envs=4,
                           rollout_len=8, learning_starts=32, batch_size=16)
     algorithm = trainer.algorithm
     algorithm.collect(10**6)  # past learning_starts
-    group = algorithm.groups[0]
-    assert group.fused is not None
+    group = algorithm.policies[0]
+    assert group.step.compiled is not None
     start = (copy.deepcopy(group.model.state_dict()), copy.deepcopy(group.optimizer.state_dict()),
              copy.deepcopy(group.replay.state_dict()))
 
     def steps():
         torch.manual_seed(3)
-        stats = [algorithm.gradient_step(group).clone() for _ in range(4)]
+        stats = [group.step().clone() for _ in range(4)]
         return stats, copy.deepcopy(group.model.state_dict())
     fused_stats, fused_state = steps()
-    assert group.fused.compiled is not None  # it ran compiled, no fallback
+    assert group.step.compiled.compiled is not None  # it ran compiled, no fallback
     group.model.load_state_dict(start[0])
     group.optimizer.load_state_dict(start[1])
     group.replay.load_state_dict(start[2])
-    group.updates, group.fused = 0, None
+    group.updates, group.step.compiled = 0, None
     eager_stats, eager_state = steps()
     for a, b in zip(fused_stats, eager_stats):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)

@@ -2,6 +2,8 @@
 
 Skipped cleanly where no CUDA GPU works (see conftest.py).
 """
+import contextlib
+
 import numpy as np
 import pytest
 import torch
@@ -107,27 +109,23 @@ TAG_SMALL = {"env.num_taggers": 2, "env.num_runners": 5, "env.num_other_agents_o
     ("tag_continuous", TAG_SMALL),  # rows out of play left out: graphed minibatch chunks
     ("cartpole", {"policy.recurrent": "gru", "policy.bptt_len": 8})])
 def test_graphed_training_captures_and_matches_eager(env, overrides):
-    """The graphs capture (no fallback), and replaying them trains as the eager steps do."""
-    stats, chunked = [], None
-    for graphs in ("on", "off"):
-        trainer = graph_trainer(env, graphs, **overrides)
-        algorithm = trainer.algorithm
-        if graphs == "on":
-            chunked = algorithm.chunked
-        elif chunked:  # the eager run takes the same steps: chunks, or one static update
-            algorithm.chunk_minibatches()
-        else:
-            algorithm.static_steps = True
-        torch.manual_seed(0)
-        stats.append([trainer.iterate(1e-3) for _ in range(4)])
-        if graphs == "on":
+    """The graphs capture (no fallback), and replaying them trains as the same static steps
+    run eagerly."""
+    stats = []
+    for capture in (True, False):
+        with uncaptured(not capture):
+            trainer = graph_trainer(env, "on", **overrides)
+            algorithm = trainer.algorithm
+            torch.manual_seed(0)
+            stats.append([trainer.iterate(1e-3) for _ in range(4)])
+        if capture:
             assert algorithm.rollout_graph.graph is not None
-            if chunked:
-                assert all(graph.graph is not None for g in algorithm.groups
-                           for graph in g.chunked.graphs.values())
-            else:
+            if algorithm.whole_update:
                 assert algorithm.update_graph.graph is not None
-    assert chunked == (overrides == TAG_SMALL)
+            else:
+                assert all(graph.graph is not None for p in algorithm.policies
+                           for graph in p.graphs())
+    assert algorithm.whole_update == (overrides != TAG_SMALL)
     for on, off in zip(*stats):
         for name in off:
             for key in ("value_loss", "entropy", "approx_kl"):
@@ -138,25 +136,33 @@ def test_graphed_training_captures_and_matches_eager(env, overrides):
 @pytest.mark.parametrize("algorithm", ["ddpg", "td3", "sac"])
 def test_graphed_gradient_steps_capture_and_match_eager(algorithm):
     """Off-policy rollouts and gradient steps replayed as graphs train as the same static
-    steps run eagerly: DDPG's step draws nothing, so it matches closely; TD3's and SAC's draw from
-    torch's generator, whose stream a replay advances as the eager steps do."""
+    steps run eagerly (their draws are made before each replay, eagerly, in both)."""
     stats = []
-    for graphs in ("on", "off"):
-        trainer = graph_trainer("pendulum", graphs, **{
-            "trainer.algorithm": algorithm, "trainer.learning_starts": 0,
-            "trainer.batch_size": 64, "trainer.num_envs": 16, "trainer.rollout_len": 4,
-            "trainer.replay_size": 10_000})
-        trainer.algorithm.static_steps = True  # the eager run takes the same steps
-        torch.manual_seed(0)
-        stats.append([trainer.iterate(1e-3)["agent"] for _ in range(4)])
-        if graphs == "on":
-            graphed = [*trainer.algorithm.groups[0].graphs.values(),
+    for capture in (True, False):
+        with uncaptured(not capture):
+            trainer = graph_trainer("pendulum", "on", **{
+                "trainer.algorithm": algorithm, "trainer.learning_starts": 0,
+                "trainer.batch_size": 64, "trainer.num_envs": 16, "trainer.rollout_len": 4,
+                "trainer.replay_size": 10_000})
+            torch.manual_seed(0)
+            stats.append([trainer.iterate(1e-3)["agent"] for _ in range(4)])
+        if capture:
+            graphed = [*trainer.algorithm.policies[0].graphs.values(),
                        *trainer.algorithm.rollout_graphs.values()]
             assert len(graphed) >= 2 and all(graph.graph is not None for graph in graphed)
-    tolerance = 1e-3 if algorithm == "ddpg" else 0.5
     for on, off in zip(*stats):
         for key in ("value_loss", "policy_loss"):
-            assert on[key] == pytest.approx(off[key], rel=tolerance, abs=1e-5), key
+            assert on[key] == pytest.approx(off[key], rel=1e-3, abs=1e-5), key
+
+
+def uncaptured(eager: bool):
+    """Where `eager`, every StepGraph runs its step eagerly (the static form, uncaptured)."""
+    from unittest import mock
+    from gpusim.training.graphs import StepGraph
+    if not eager:
+        return contextlib.nullcontext()
+    return mock.patch.object(StepGraph, "_capture",
+                             lambda self, inputs: setattr(self, "enabled", False))
 
 
 def test_graphed_rollout_launches_once():

@@ -161,19 +161,19 @@ def test_policy_config_for_continuous_heads():
 def losses_seen(monkeypatch) -> list:
     """(policy, buffer rows, row weights) of every loss PPO computes from now on."""
     seen = []
-    original = PPO._loss
+    original = PPO.loss
 
-    def spy(self, group, batch, adv, returns, weights=None):
-        seen.append((group.name, batch["index"], weights))
-        return original(self, group, batch, adv, returns, weights)
-    monkeypatch.setattr(PPO, "_loss", spy)
+    def spy(self, policy, rows, adv, returns, weights, *args, **kwargs):
+        seen.append((policy.name, rows, weights))
+        return original(self, policy, rows, adv, returns, weights, *args, **kwargs)
+    monkeypatch.setattr(PPO, "loss", spy)
     return seen
 
 
 def test_rollout_marks_per_agent_done_and_trains_only_on_agents_in_play(monkeypatch):
     t = trainer()
     t.algorithm.collect(0)
-    glider, stepper = (g.buffer for g in t.algorithm.groups)
+    glider, stepper = (g.buffer for g in t.algorithm.policies)
     assert glider.obs.shape[-1] == 2 and stepper.obs.shape[-1] == 3
     assert glider.actions.dtype == torch.float32 and stepper.actions.dtype == torch.int32
     # an agent that left play is done at that step, and inactive until its replica resets
@@ -183,7 +183,7 @@ def test_rollout_marks_per_agent_done_and_trains_only_on_agents_in_play(monkeypa
     seen = losses_seen(monkeypatch)
     t.algorithm.update(1e-3)
     for name, rows, weights in seen:  # rows out of play are left out of the loss
-        buffer = next(g.buffer for g in t.algorithm.groups if g.name == name)
+        buffer = next(g.buffer for g in t.algorithm.policies if g.name == name)
         assert weights is None and bool(buffer.active.reshape(-1)[rows].all())
     # every row in play is trained on (in each epoch, less a remainder under a minibatch)
     glider_rows = torch.cat([rows for name, rows, _ in seen if name == "glider"]).unique()
@@ -195,12 +195,14 @@ def test_rollout_marks_per_agent_done_and_trains_only_on_agents_in_play(monkeypa
 def test_rows_in_play_fewer_than_minibatches_weigh_the_others_zero(monkeypatch):
     t = trainer()
     t.algorithm.collect(0)
-    g = t.algorithm.groups[0]
+    g = t.algorithm.policies[0]
     g.buffer.active.zero_()
     g.buffer.active.view(-1)[0] = True  # one row in play, fewer than the minibatches
     seen = losses_seen(monkeypatch)
-    t.algorithm._update_policy(g)
-    for _, rows, weights in seen:
+    t.algorithm.update(1e-3)
+    for name, rows, weights in seen:
+        if name != g.name:
+            continue
         assert torch.equal(weights, g.buffer.active.reshape(-1)[rows].float())
 
 
@@ -289,9 +291,9 @@ def test_a2c_runs_on_box_actions_too():
         "trainer.backend": "cpu", "trainer.algorithm": "a2c", "trainer.update_epochs": 1,
         "trainer.num_minibatches": 1, "trainer.num_envs": 4, "trainer.rollout_len": 8,
         "trainer.total_steps": 64, "trainer.target_return": None}), pendulum)
-    before = [p.clone() for p in t.algorithm.groups[0].model.parameters()]
+    before = [p.clone() for p in t.algorithm.policies[0].model.parameters()]
     assert t.train()["iterations"] == 2
-    assert all(not torch.equal(a, b) for a, b in zip(before, t.algorithm.groups[0].model.parameters()))
+    assert all(not torch.equal(a, b) for a, b in zip(before, t.algorithm.policies[0].model.parameters()))
 
 
 
@@ -353,7 +355,7 @@ def test_ppo_does_not_bootstrap_an_agent_that_finished_on_the_truncating_step():
     t.algorithm.collect(0)
     finished_seen = kept_seen = 0
     for k, (before, truncated, final, reward) in enumerate(steps):
-        for g in t.algorithm.groups:
+        for g in t.algorithm.policies:
             agents = g.agents
             stored = g.buffer.rewards[k]
             own = reward[:, agents]
@@ -381,7 +383,7 @@ def test_the_replay_ring_marks_an_agent_that_finished_on_the_truncating_step_ter
     steps = record_steps(t.env)
     t.algorithm.collect(0)
     finished_seen = 0
-    for g in t.algorithm.groups:
+    for g in t.algorithm.policies:
         width = t.env.num_envs * g.spec.num_agents
         for k, (before, truncated, final, _) in enumerate(steps):
             rows = slice(k * width, (k + 1) * width)

@@ -1,7 +1,5 @@
 """The learner's speed features keep its semantics: chunked minibatches, bf16 autocast,
 torch.compile's fallback, and the batched truncation bootstrap."""
-import dataclasses
-
 import pytest
 import torch
 
@@ -25,44 +23,48 @@ def cartpole_trainer(env=None, **trainer):
     return Trainer(load_run_config("cartpole", CARTPOLE, overrides=overrides), CARTPOLE)
 
 
-def gradients_of_one_step(trainer, rows=None):
-    """The gradient of the first minibatch step of the update (the optimizer is not stepped)."""
-    group = trainer.algorithm.groups[0]
-    if rows is not None:
-        trainer.algorithm.cfg = dataclasses.replace(trainer.algorithm.cfg, max_minibatch_rows=rows)
-    step = group.optimizer.step
-    group.optimizer.step = lambda: None
+def gradients_of_one_step(trainer, buffer=None):
+    """The gradient of a minibatch step on every row of the rollout (the parameters are not
+    stepped), and its statistics."""
+    policy = trainer.algorithm.policies[0]
+    if buffer is not None:
+        policy.buffer.__dict__.update(buffer.__dict__)  # (the tensors the step reads)
+    seen = []
+    step = policy.adam.step
+    policy.adam.step = lambda grads, members=None: seen.append([g.clone() for g in grads])
     try:
-        index = torch.arange(group.buffer.rewards.numel())
-        advantages = torch.linspace(-1, 1, index.numel())
-        returns = torch.linspace(0, 2, index.numel())
-        stats = trainer.algorithm._minibatch_step(group, index, advantages, returns)
+        rows = torch.arange(policy.buffer.rewards.numel())
+        advantages = torch.linspace(-1, 1, rows.numel())
+        returns = torch.linspace(0, 2, rows.numel())
+        stats = trainer.algorithm.minibatch_step(policy, rows, None, advantages, returns)
     finally:
-        group.optimizer.step = step
-    return [p.grad.clone() for p in group.model.parameters()], stats
+        policy.adam.step = step
+    return seen[0], stats
 
 
 def test_chunked_minibatch_gives_the_unchunked_gradient():
-    trainer = cartpole_trainer(algorithm="a2c", update_epochs=1, num_minibatches=1)
-    trainer.algorithm.collect(0)
-    whole, whole_stats = gradients_of_one_step(trainer)          # 256 rows in one pass
-    chunked, chunk_stats = gradients_of_one_step(trainer, rows=37)  # 7 chunks, the last short
-    for a, b in zip(whole, chunked):
+    whole = cartpole_trainer(algorithm="a2c", update_epochs=1, num_minibatches=1)
+    whole.algorithm.collect(0)
+    chunked = cartpole_trainer(algorithm="a2c", update_epochs=1, num_minibatches=1,
+                               max_minibatch_rows=37)  # 7 chunks, the last short
+    grads, stats = gradients_of_one_step(whole)  # 256 rows in one pass
+    chunk_grads, chunk_stats = gradients_of_one_step(chunked, whole.algorithm.policies[0].buffer)
+    for a, b in zip(grads, chunk_grads):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
-    torch.testing.assert_close(whole_stats, chunk_stats, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(stats, chunk_stats, rtol=1e-5, atol=1e-7)
 
 
 def test_minibatch_rows_are_capped(monkeypatch):
     trainer = cartpole_trainer(num_minibatches=2, update_epochs=1, max_minibatch_rows=50)
     trainer.algorithm.collect(0)
     seen = []
-    original = PPO._loss
+    original = PPO.loss
 
-    def spy(self, group, batch, adv, returns, weights=None):
-        seen.append(batch["index"].numel())
-        return original(self, group, batch, adv, returns, weights)
-    monkeypatch.setattr(PPO, "_loss", spy)
-    trainer.algorithm._update_policy(trainer.algorithm.groups[0])
+    def spy(self, policy, rows, *args, **kwargs):
+        seen.append(rows.numel())
+        return original(self, policy, rows, *args, **kwargs)
+    monkeypatch.setattr(PPO, "loss", spy)
+    trainer.algorithm.update(1e-3)
     # 256 rows, 2 minibatches of 128, each in chunks of at most 50
     assert seen == [50, 50, 28, 50, 50, 28]
 
@@ -77,12 +79,11 @@ def test_bf16_autocast_gradients_agree_with_fp32():
     fp32.algorithm.collect(0)
     bf16 = cartpole_trainer(precision="bf16", algorithm="a2c", update_epochs=1,
                             num_minibatches=1)
-    bf16.algorithm.groups[0].buffer = fp32.algorithm.groups[0].buffer  # the same rollout; the models
-                                                   # start from the same seed
-    for a, b in zip(fp32.algorithm.groups[0].model.parameters(), bf16.algorithm.groups[0].model.parameters()):
-        assert torch.equal(a, b)
+    for a, b in zip(fp32.algorithm.policies[0].model.parameters(),
+                    bf16.algorithm.policies[0].model.parameters()):
+        assert torch.equal(a, b)  # the models start from the same seed
     want, _ = gradients_of_one_step(fp32)
-    got, _ = gradients_of_one_step(bf16)
+    got, _ = gradients_of_one_step(bf16, fp32.algorithm.policies[0].buffer)  # the same rollout
     for a, b in zip(want, got):
         assert a.dtype == b.dtype == torch.float32
         cosine = torch.nn.functional.cosine_similarity(a.flatten(), b.flatten(), dim=0)
@@ -120,16 +121,16 @@ def test_a_failing_compile_falls_back_with_one_line(monkeypatch, capsys):
     assert len(lines) == 2 and "compiling policy 'agent' (update)" in lines[0]
     assert "inductor exploded" in lines[1] and "(update)" in lines[1]
     assert "traceback" not in lines[1]
-    assert all(g.fused.compiled is None for g in trainer.algorithm.groups)
+    assert all(p.step.compiled.compiled is None for p in trainer.algorithm.policies)
 
 
 @pytest.mark.slow
 def test_torch_compile_on_the_cpu_trains():
     trainer = cartpole_trainer(compile="on", total_steps=8 * 32 * 2)
     trainer.train()
-    group = trainer.algorithm.groups[0]
-    assert group.fused.compiled is not None  # trained through the fused step
-    assert not (group.value.active or group.forward.active)  # rollouts act eagerly
+    policy = trainer.algorithm.policies[0]
+    assert policy.step.compiled.compiled is not None  # trained through the fused step
+    assert not (policy.value.active or policy.forward.active)  # rollouts act eagerly
 
 
 @pytest.mark.parametrize("name, env", [
@@ -148,7 +149,7 @@ def test_batched_truncation_bootstrap_equals_a_per_step_one(name, env):
     trainers[1].algorithm.bootstrap.interval = 1
     for trainer in trainers:
         trainer.algorithm.collect(0)
-    batched, per_step, raw = (torch.cat([g.buffer.rewards for g in t.algorithm.groups], -1)
+    batched, per_step, raw = (torch.cat([g.buffer.rewards for g in t.algorithm.policies], -1)
                               for t in trainers)
     torch.testing.assert_close(batched, per_step, rtol=1e-6, atol=1e-6)
     # with gamma 0 nothing is added: the env's own rewards, so truncations did happen

@@ -12,7 +12,7 @@ from gpusim.envs import env_class
 from gpusim.errors import GpusimError
 from gpusim.scale import distributed
 from gpusim.training.algorithms.offpolicy import OffPolicy
-from gpusim.training.fused import EagerDescent
+from gpusim.training.descent import EagerDescent
 from gpusim.training.config import load_run_config
 from gpusim.training.loop import Trainer
 
@@ -31,7 +31,7 @@ def tiny(algorithm, **extra):
 def test_each_algorithm_updates_its_networks_and_reports_losses(algorithm):
     trainer = Trainer(tiny(algorithm), PENDULUM)
     assert isinstance(trainer.algorithm, OffPolicy)
-    model = trainer.algorithm.groups[0].model
+    model = trainer.algorithm.policies[0].model
     before = {k: v.clone() for k, v in model.state_dict().items()}
     summary = trainer.train()
     assert summary["iterations"] == 4
@@ -39,7 +39,7 @@ def test_each_algorithm_updates_its_networks_and_reports_losses(algorithm):
     for part in ("actor.", "critics.", "target_critics."):
         assert any(not torch.equal(before[k], after[k]) for k in after if k.startswith(part))
     assert len(model.critics) == (1 if algorithm == "ddpg" else 2)
-    assert len(trainer.algorithm.groups[0].replay) == 4 * 8 * 4  # every agent-step kept
+    assert len(trainer.algorithm.policies[0].replay) == 4 * 8 * 4  # every agent-step kept
     stats = trainer.metrics({"agent": trainer.iterate(1e-3)["agent"]}, 1.0, 1e-3)
     assert stats["value_loss/agent"] > 0 and "alpha/agent" in stats
     if algorithm == "sac":  # alpha is tuned
@@ -71,7 +71,7 @@ def test_td3_steps_its_actor_every_policy_delay_critic_steps(monkeypatch):
     monkeypatch.setattr(EagerDescent, "step", lambda self, name, *a: (
         calls.append(name), original(self, name, *a))[1])
     for _ in range(6):
-        trainer.algorithm.gradient_step(trainer.algorithm.groups[0])
+        trainer.algorithm.policies[0].step()
     assert calls == ["critic"] * 2 + ["critic", "actor"] + ["critic"] * 2 + ["critic", "actor"]
 
 
@@ -81,7 +81,7 @@ def test_transitions_hold_the_true_final_observation_and_terminal_flags():
     config = tiny("sac", **{"env.max_episode_steps": 5, "trainer.rollout_len": 5})
     trainer = Trainer(config, PENDULUM)
     trainer.algorithm.collect(0)
-    replay = trainer.algorithm.groups[0].replay
+    replay = trainer.algorithm.policies[0].replay
     batch = replay.sample(len(replay))
     assert not bool(batch.terminated.any())
     state = trainer.env.get_state()
@@ -141,9 +141,9 @@ def sac_worker(out_dir):
     distributed.init(context, timeout_s=60)
     trainer = Trainer(tiny("sac", **{"trainer.prioritized_replay": True}), PENDULUM, context)
     trainer.train()
-    torch.save({"params": trainer.algorithm.groups[0].model.state_dict(),
-                "replay": len(trainer.algorithm.groups[0].replay),
-                "counts": trainer.algorithm.groups[0].replay.last_counts},
+    torch.save({"params": trainer.algorithm.policies[0].model.state_dict(),
+                "replay": len(trainer.algorithm.policies[0].replay),
+                "counts": trainer.algorithm.policies[0].replay.last_counts},
                Path(out_dir) / f"rank{context.rank}.pt")
     distributed.shutdown()
     return 0

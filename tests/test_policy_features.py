@@ -47,7 +47,7 @@ def test_the_training_pass_replays_the_rollouts_recurrent_states(recurrent):
         "trainer.total_steps": 64 * 16}), Recall)
     algo = trainer.algorithm
     algo.collect(0)
-    g = algo.groups[0]
+    g = algo.policies[0]
     buf = g.buffer
     assert buf.memory.shape == (2, 64, 1, g.model.state_size)
     assert bool((buf.memory[0] == 0).all())                # a fresh run starts from zero
@@ -57,7 +57,7 @@ def test_the_training_pass_replays_the_rollouts_recurrent_states(recurrent):
     rows = (starts // per_step)[:, None] * 8 * per_step + starts[:, None] % per_step \
         + torch.arange(8) * per_step
     with torch.no_grad():
-        log_prob, _, value = g.model(*algo._forward_inputs(g, rows))
+        log_prob, _, value = g.model(*algo.gather(buf, rows)["inputs"])
     flat = buf.log_probs.reshape(-1)
     torch.testing.assert_close(log_prob, flat[rows], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(value, buf.values.reshape(-1)[rows], rtol=1e-5, atol=1e-5)
@@ -166,19 +166,19 @@ def test_a_central_critic_sees_one_global_state_per_replica(name):
     algo, env = trainer.algorithm, trainer.env
     algo.collect(0)
     width = env.num_agents * env.obs_dim  # every agent's observation in agent order
-    for g in algo.groups:
+    for g in algo.policies:
         buf = g.buffer
         assert buf.states.shape == (8, 4, width)
         # the critic's input of a row is its replica's state: the same for every agent
-        rows = buf.rows(torch.arange(buf.rewards.numel()))
-        per_agent = rows["critic_obs"].view(8, 4, g.spec.num_agents, width)
+        critic_obs = algo.gather(buf, torch.arange(buf.rewards.numel()))["inputs"][3]
+        per_agent = critic_obs.view(8, 4, g.spec.num_agents, width)
         assert bool((per_agent == per_agent[:, :, :1]).all())
         assert g.model.critic[0].in_features == width
         # and so is its value
         assert bool((buf.values == buf.values[..., :1]).all())
     # the state is every agent's observation, policies' agents side by side in id order
-    together = torch.cat([g.buffer.obs for g in algo.groups], dim=2)
-    torch.testing.assert_close(algo.groups[0].buffer.states, together.reshape(8, 4, width))
+    together = torch.cat([g.buffer.obs for g in algo.policies], dim=2)
+    torch.testing.assert_close(algo.policies[0].buffer.states, together.reshape(8, 4, width))
     summary = trainer.train()
     assert summary["iterations"] == 2
 

@@ -36,7 +36,6 @@ def solo(env, seed, count, **overrides):
     """A solo run, alone in the process as it would be (its exploration noise comes from
     torch's own generator, which another run's seeding would move)."""
     trainer = Trainer(config(env, **{"trainer.seed": seed, **overrides}), env_class(env))
-    trainer.algorithm.static_steps = True  # as a population's steps are
     return iterations(trainer, count)
 
 
@@ -62,11 +61,22 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_each_member_trains_as_its_solo_run(case):
+def test_each_member_trains_as_its_solo_run(case, monkeypatch):
+    """Per-agent done included: each member's minibatches are drawn over its own rows in
+    play, as its solo run's (the members' counts differ: asserted)."""
     env, overrides = CASES[case]
     trainer = Trainer(config(env, **{"trainer.population": 2, **overrides}), env_class(env))
-    trainer.algorithm.static_steps = True  # as its solo runs here (and on a GPU)
+    counts = []
+    units = type(trainer.algorithm).units
+
+    def noted(self, buf):
+        out = units(self, buf)
+        counts.append([u.shape[0] for u in out[0]])
+        return out
+    monkeypatch.setattr(type(trainer.algorithm), "units", noted)
     got = iterations(trainer, 3)
+    if env == "tag_continuous":  # the runners' rows in play: one member's differ from the other's
+        assert any(a != b for a, b in counts[1::2])
     for k in range(2):
         assert_member_is_solo(got, solo(env, k, 3, **overrides), case, f"m{k}")
 
@@ -75,7 +85,7 @@ def test_a_sweep_member_trains_as_the_solo_run_of_its_setting():
     sweep = {"trainer.population": {"lr": ["1e-3", 3e-3], "ent_coef": [0.0, 0.05]},
              "trainer.seeds_per_setting": 2}
     trainer = Trainer(config("cartpole", **sweep), env_class("cartpole"))
-    members = trainer.algorithm.members
+    members = trainer.algorithm.members.list
     assert len(members) == 8 and [m.seed for m in members[:4]] == [0, 1, 0, 1]
     picked = next(m for m in members if m.settings == {"lr": 3e-3, "ent_coef": 0.05}
                   and m.seed == 1)
@@ -85,7 +95,6 @@ def test_a_sweep_member_trains_as_the_solo_run_of_its_setting():
         got.append((stats, trainer.algorithm.episodes.finished()))
     lone = Trainer(config("cartpole", **{"trainer.seed": 1, "trainer.lr": 3e-3,
                                          "trainer.ent_coef": 0.05}), env_class("cartpole"))
-    lone.algorithm.static_steps = True
     want = []
     for _ in range(2):
         want.append((lone.iterate(3e-3), lone.algorithm.episodes.finished()))
@@ -95,13 +104,13 @@ def test_a_sweep_member_trains_as_the_solo_run_of_its_setting():
 def test_a_diverging_member_is_frozen_and_the_others_go_on(capsys):
     trainer = Trainer(config("cartpole", **{"trainer.population": 3}), env_class("cartpole"))
     trainer.iterate(1e-3)
-    group = trainer.algorithm.groups[0]
+    group = trainer.algorithm.policies[0]
     with torch.no_grad():  # member 1's next Adam step takes the root of a negative moment
-        for moment in group.optimizer.exp_avg_sq:
+        for moment in group.adam.exp_avg_sq:
             moment[1].fill_(-1.0)
     before = [p[1].clone() for p in group.model.parameters()]
     stats = trainer.iterate(1e-3)
-    assert trainer.algorithm.alive == [True, False, True]
+    assert trainer.algorithm.members.alive == [True, False, True]
     assert set(stats) == {"agent/m0", "agent/m2"}
     assert "member m1 (seed 1, seeds) diverged" in capsys.readouterr().err
     for param, saved in zip(group.model.parameters(), before):  # put back, then frozen
@@ -112,7 +121,7 @@ def test_a_diverging_member_is_frozen_and_the_others_go_on(capsys):
     assert all(torch.equal(p[1], f) for p, f in zip(group.model.parameters(), before))
     assert not all(torch.equal(p[0], f) for p, f in zip(group.model.parameters(), others))
     with torch.no_grad():
-        for moment in group.optimizer.exp_avg_sq:
+        for moment in group.adam.exp_avg_sq:
             moment[0].fill_(-1.0)
             moment[2].fill_(-1.0)
     with pytest.raises(GpusimError, match="every member of the population diverged"):
@@ -145,6 +154,8 @@ def test_a_population_checkpoints_and_resumes_every_member(tmp_path):
     ({"trainer.population": {"lr": ["fast"]}}, "must be a non-empty list of numbers"),
     ({"trainer.population": 0}, "must be at least 1"),
     ({"trainer.population": 2, "trainer.seeds_per_setting": 2}, "applies to a sweep"),
+    ({"trainer.population": {"lr": [1e-3]}}, "holds one value: set trainer.lr instead"),
+    ({"trainer.population": {"lr": [1e-3, 3e-3, "1e-3"]}}, "holds 0.001 twice"),
 ])
 def test_a_population_no_batched_run_can_train_is_refused(overrides, message):
     with pytest.raises(GpusimError, match=message):
@@ -155,6 +166,12 @@ def test_populations_of_what_is_not_batched_are_refused():
     with pytest.raises(GpusimError, match="recurrent"):
         Trainer(config("cartpole", **{"trainer.population": 2, "policy.recurrent": "gru",
                                       "policy.bptt_len": 4}), env_class("cartpole"))
+    for algorithm in ("ppo", "sac"):
+        env = "cartpole" if algorithm == "ppo" else "pendulum"
+        with pytest.raises(GpusimError, match="'trainer.compile' on: a population runs "
+                                              "uncompiled"):
+            Trainer(config(env, **{"trainer.population": 2, "trainer.compile": "on",
+                                   "trainer.algorithm": algorithm}), env_class(env))
 
 
 def test_statistics_across_seeds_follow_their_formulas():
@@ -196,6 +213,23 @@ def test_a_population_run_is_summarised_evaluated_per_member_and_plotted(tmp_pat
     assert actions.shape == (3, 1)
     assert evaluate.main([str(best), "--episodes", "2"]) == 0  # a plain run now
     assert (run_dir / "plots" / "population.png") in plot.plot_run(run_dir)
+    capsys.readouterr()
+    # the population's own directory, wherever a run's goes: its best member, or one named
+    load_policies(run_dir)
+    line = capsys.readouterr().err
+    assert line.count("\n") == 1 and "a population of 4: member m" in line and "best" in line
+    assert load_policies(run_dir, member="m2")["agent"].act(torch.zeros(4))[0].shape == (1,)
+    assert "member m2 (seed 0, lr=0.003)" in capsys.readouterr().err
+    from gpusim.training import export, render
+    assert export.main([str(run_dir), "--format", "torchscript", "--member", "m1",
+                        "--out", str(tmp_path / "exported")]) == 0
+    assert render.main([str(run_dir), "--member", "3", "--max_steps", "3",
+                        "--out", str(tmp_path / "m3.gif")]) == 0
+    capsys.readouterr()
+    assert render.main([str(run_dir), "--member", "m9", "--out", str(tmp_path / "x.gif")]) == 2
+    assert "has members m0 to m3, not 'm9'" in capsys.readouterr().err
+    assert train.main(["--resume", str(best)]) != 0
+    assert "holds population member" in capsys.readouterr().err
 
 
 def test_population_flags_that_do_not_apply_are_one_line(tmp_path, capsys):
@@ -223,21 +257,22 @@ def test_a_member_that_reaches_the_target_stops_learning_there(capsys):
     trainer = Trainer(config("cartpole", **{"trainer.population": 2, **overrides}),
                       env_class("cartpole"))
     frozen = {}
-    finish = trainer.algorithm.finish
+    members = trainer.algorithm.members
+    finish = members.finish
 
     def noting(k, iteration):
-        if trainer.algorithm.alive[k]:
-            frozen[k] = [p[k].clone() for p in trainer.algorithm.groups[0].model.parameters()]
+        if members.alive[k]:
+            frozen[k] = [p[k].clone() for p in trainer.algorithm.policies[0].model.parameters()]
         finish(k, iteration)
-    trainer.algorithm.finish = noting
+    members.finish = noting
     trainer.train()
     out = capsys.readouterr().out
     stopped = {k: int(next(line for line in out.splitlines()
                            if line.startswith(f"population member m{k} "))
                       .split("at iteration ")[1].split(":")[0]) for k in range(2)}
-    assert trainer.iteration == max(stopped.values()) and all(trainer.algorithm.finished)
+    assert trainer.iteration == max(stopped.values()) and all(members.finished)
     for k, weights in frozen.items():
-        now = [p[k] for p in trainer.algorithm.groups[0].model.parameters()]
+        now = [p[k] for p in trainer.algorithm.policies[0].model.parameters()]
         assert all(torch.equal(a, b) for a, b in zip(now, weights))
 
 
@@ -247,8 +282,8 @@ def test_the_members_still_learning_train_as_their_solo_runs_once_one_stops():
     trainer = Trainer(config("cartpole", **{"trainer.population": 3}), env_class("cartpole"))
     algorithm = trainer.algorithm
     got = iterations(trainer, 1)
-    algorithm.finish(0, 1)
-    params = list(algorithm.groups[0].model.parameters())
+    algorithm.members.finish(0, 1)
+    params = list(algorithm.policies[0].model.parameters())
     stopped = [p[0].clone() for p in params]
     got += iterations(trainer, 2)
     assert algorithm.learning.tolist() == [1, 2]
@@ -258,26 +293,26 @@ def test_the_members_still_learning_train_as_their_solo_runs_once_one_stops():
 
 
 def test_members_train_on_their_rows_in_play():
-    """With per-agent done on the CPU, a member's units are its own rows in play, filled
-    up to the most any member has with rows of its own out of play (weighted 0)."""
+    """With per-agent done a member's units are its own rows in play, in its solo run's
+    order; a member with fewer rows in play than minibatches trains on all of its rows,
+    those out of play weighing 0."""
     trainer = Trainer(config("tag_continuous", **{"trainer.population": 3, **TAG}),
                       env_class("tag_continuous"))
     algorithm = trainer.algorithm
     algorithm.collect(0)
-    runner = next(g for g in algorithm.groups if g.name == "runner")
+    runner = next(p for p in algorithm.policies if p.name == "runner")
     active = runner.buffer.active  # (steps, 3 members x 4 replicas, 3 runners)
     active.fill_(True)
     active[:, 0:4, 0] = False      # member 0: a third of its rows out of play
-    active[:, 4:8, :2] = False     # member 1: two thirds
+    active[:, 4:8, :] = False      # member 1: every row
     active[:, 8:12, 2] = False     # member 2: a third
-    units, weights = algorithm._units(runner.buffer)
-    every = active[:, 0:4].numel()
-    assert units.shape == (every - active[:, 0:4, 0].numel(), 3)  # member 0's count leads
-    member = (units // 3) % 12 // 4  # each row's replica's member
-    assert torch.equal(member, torch.arange(3).expand_as(units))
+    units, weights = algorithm.units(runner.buffer)
     flat = active.reshape(-1)
-    in_play = flat[units].sum(0).tolist()
-    assert in_play == [units.shape[0], every // 3, units.shape[0]]  # member 1 filled up
-    assert units.shape[0] < every  # not every row
+    every = active[:, 0:4].numel()
+    assert [u.shape[0] for u in units] == [every * 2 // 3, every, every * 2 // 3]
+    for k, u in enumerate(units):
+        assert torch.equal((u[:, 0] // 3) % 12 // 4, torch.full((len(u),), k))  # its own rows
+        assert bool((u[1:, 0] > u[:-1, 0]).all())  # in its solo run's order
+    assert flat[units[0][:, 0]].all() and flat[units[2][:, 0]].all()
     assert torch.equal(weights, flat.float())
     trainer.iterate(1e-3)  # and the update runs on them

@@ -81,7 +81,7 @@ def test_a_sweep_member_trains_as_the_solo_run_of_its_setting():
                                     "tau": [0.005, 0.05], "max_grad_norm": [0.5, 0.0]},
              "env.max_episode_steps": 10}
     trainer = Trainer(config("pendulum", "sac", **sweep), env_class("pendulum"))
-    members = trainer.algorithm.members
+    members = trainer.algorithm.members.list
     assert len(members) == 16
     picks = [members[0], next(m for m in members if m.settings == {
         "lr": 3e-3, "sac_alpha": 0.2, "tau": 0.05, "max_grad_norm": 0.0})]
@@ -100,7 +100,7 @@ def test_a_sweep_member_trains_as_the_solo_run_of_its_setting():
     ("sac", {"ent_coef": [0.0, 0.1]}, "'trainer.population.ent_coef' cannot differ"),
     ("td3", {"sac_alpha": [0.1, 0.2]}, "'trainer.population.sac_alpha' cannot differ"),
     ("ddpg", {"tau": [0.1, 1.5]}, "'trainer.population.tau' holds 1.5"),
-    ("sac", {"sac_alpha": [-1.0]}, "'trainer.population.sac_alpha' holds -1.0"),
+    ("sac", {"sac_alpha": [-1.0, 0.1]}, "'trainer.population.sac_alpha' holds -1.0"),
 ])
 def test_keys_an_off_policy_member_cannot_differ_in_are_refused(algorithm, sweep, message):
     with pytest.raises(GpusimError, match=message) as caught:
@@ -114,7 +114,7 @@ def test_a_diverging_member_is_frozen_and_the_others_go_on(capsys):
     trainer = Trainer(config("pendulum", "sac", **{"trainer.population": 3}),
                       env_class("pendulum"))
     iterations(trainer, 2)
-    group = trainer.algorithm.groups[0]
+    group = trainer.algorithm.policies[0]
     critic = group.optimizer["critic"]
     with torch.no_grad():  # member 1's next Adam step takes the root of a negative moment
         for moment in critic.exp_avg_sq:
@@ -122,7 +122,7 @@ def test_a_diverging_member_is_frozen_and_the_others_go_on(capsys):
     before = [p[1].clone() for p in group.model.parameters()]
     others = [p[0].clone() for p in group.model.parameters()]
     (stats, _), = iterations(trainer, 1)
-    assert trainer.algorithm.alive == [True, False, True]
+    assert trainer.algorithm.members.alive == [True, False, True]
     assert set(stats) == {"agent/m0", "agent/m2"}
     assert "member m1 (seed 1, seeds) diverged" in capsys.readouterr().err
     for param, saved in zip(group.model.parameters(), before):  # put back, then frozen
@@ -144,18 +144,18 @@ def test_a_member_that_reaches_the_target_stops_learning_there(capsys):
                       env_class("pendulum"))
     iterations(trainer, 2)
     algorithm = trainer.algorithm
-    algorithm.finish(0, 2)  # as the loop calls it (Trainer._finish_members)
+    algorithm.members.finish(0, 2)  # as the loop calls it (Trainer._finish_members)
     assert "population member m0 (seed 0, seeds) reached the target return" in \
         capsys.readouterr().out
-    model = algorithm.groups[0].model
+    model = algorithm.policies[0].model
     frozen = [p[0].clone() for p in model.parameters()]
     moving = [p[1].clone() for p in model.parameters()]
     (stats, _), = iterations(trainer, 2)[-1:]
-    assert set(stats) == {"agent/m1"} and algorithm.finished == [True, False]
+    assert set(stats) == {"agent/m1"} and algorithm.members.finished == [True, False]
     assert all(torch.equal(p[0], f) for p, f in zip(model.parameters(), frozen))
     assert not all(torch.equal(p[1], f) for p, f in zip(model.parameters(), moving))
     assert not trainer.solved()
-    algorithm.finish(1, 4)
+    algorithm.members.finish(1, 4)
     assert trainer.solved()
 
 
@@ -206,15 +206,17 @@ def test_a_checkpoint_of_another_population_size_is_refused_in_one_line():
     iterations(two, 2)
     state = two.state_dict()
     three = trainer(3)
-    with pytest.raises(GpusimError, match="no policy 'agent/m2'") as caught:
+    with pytest.raises(GpusimError, match="holds a population of 2 members; this run's "
+                                          "trainer.population makes 3") as caught:
         three.load_state_dict(state)
     assert "\n" not in str(caught.value)
-    with pytest.raises(GpusimError, match="holds 2 population members; this run has 3"):
+    with pytest.raises(GpusimError, match="holds 2 population members; this run has 3 "
+                                          r"\(config key 'trainer.population'\)"):
         three.algorithm.load_state_dict(state["algorithm"])
     again = trainer(2)  # the same size resumes: every member's networks and generators
     again.load_state_dict(state)
-    for mine, saved in zip(again.algorithm.groups[0].model.parameters(),
-                           two.algorithm.groups[0].model.parameters()):
+    for mine, saved in zip(again.algorithm.policies[0].model.parameters(),
+                           two.algorithm.policies[0].model.parameters()):
         assert torch.equal(mine, saved)
     assert all(torch.equal(a.get_state(), b.get_state())
                for a, b in zip(again.algorithm.noise, two.algorithm.noise))

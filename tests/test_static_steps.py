@@ -1,13 +1,15 @@
 """Static steps: what a CUDA graph replays (training.graphs) must run the same operations on
 tensors of the same shapes at every call, and never read a device value on the host.
 
-Checked on the CPU, with the learners in the static form they take on a CUDA device
-(`static_steps`): a TorchDispatchMode records every tensor operation (its name, and its
-tensor arguments' shapes and dtypes) of two consecutive rollouts and of two consecutive
-updates, which a captured graph replays whole, and of consecutive rollout steps and
-minibatch steps inside them. gpusim's own kernels (env, sampler) are not torch operations;
-they read and write the env's fixed arrays.
+Checked on the CPU, with the learners built in the static form they take on a CUDA device
+(`static`; there the same methods run eagerly): a TorchDispatchMode records every tensor
+operation (its name, and its tensor arguments' shapes and dtypes) of two consecutive
+rollouts and of two consecutive updates, which a captured graph replays whole, and of
+consecutive rollout steps and minibatch steps inside them. gpusim's own kernels (env,
+sampler) are not torch operations; they read and write the env's fixed arrays.
 """
+from unittest import mock
+
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -57,15 +59,21 @@ def host_reads(ops):
             tuple(r.lstrip("_") for r in HOST_READS) or "bool index" in name]
 
 
-def static_trainer(env, overrides, cls=None):
+def built(config, cls, static=True):
+    """A trainer whose algorithm takes the static form a CUDA device's takes (`static`),
+    or the CPU's own."""
+    with mock.patch("gpusim.training.algorithms.base.graphs_enabled", lambda *a: static):
+        return Trainer(config, cls)
+
+
+def static_trainer(env, overrides, cls=None, static=True):
     cls = cls or env_class(env)
     config = load_run_config(env, cls, overrides={
         "trainer.backend": "cpu", "trainer.num_envs": 4, "trainer.rollout_len": 6,
         "trainer.total_steps": 10**6, "trainer.target_return": None,
         "trainer.torch_threads": 1, "trainer.update_epochs": 2, "trainer.num_minibatches": 2,
         "trainer.compile": "off", **overrides})
-    trainer = Trainer(config, cls)
-    trainer.algorithm.static_steps = True  # what it runs on a CUDA device
+    trainer = built(config, cls, static)
     trainer.iterate(config.trainer.lr)     # warm-up: what the first call makes once
     return trainer
 
@@ -78,15 +86,16 @@ CASES = {
     "ppo, recurrent": ("cartpole", {"policy.recurrent": "gru", "policy.bptt_len": 3}),
     "ppo, masked": ("legal", {"env.masked": True}),
     "ppo, central critic": ("tag_gridworld", {"policy.critic": "central"}),
-    "ppo, per-agent done, continuous, two policies": ("tag_continuous", TAG),
+    "ppo, per-agent done, continuous, two policies": ("tag_continuous", {
+        **TAG, "trainer.out_of_play": "weigh"}),
     "ppo, continuous": ("pendulum", {"trainer.algorithm": "ppo"}),
 }
 
 
-def make(case, overrides=None):
+def make(case, overrides=None, static=True):
     env, base = CASES[case]
     cls = Legal if env == "legal" else None
-    return static_trainer(env, {**base, **(overrides or {})}, cls)
+    return static_trainer(env, {**base, **(overrides or {})}, cls, static)
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -98,7 +107,7 @@ def test_consecutive_rollouts_and_updates_are_the_same_steps_with_no_host_read(c
         runs = []
         for _ in range(2):
             with Recorder() as recorder, counting_host_reads() as python_reads:
-                algorithm.collect(0) if call == "collect" else algorithm._update_all()
+                algorithm.collect(0) if call == "collect" else algorithm.update_all()
             runs.append(recorder.ops)
             assert python_reads["reads"] == 0, f"{call} reads the device from Python"
         assert runs[0] == runs[1], f"{call}: the second call ran other operations or shapes"
@@ -128,57 +137,57 @@ def test_rollout_steps_and_minibatch_steps_repeat(case, monkeypatch):
     first, second = recorder.segments[1:3]  # after step 0's env.step, after step 1's
     assert first == second and first
 
-    minibatch_step = PPO._minibatch_step
+    minibatch_step = PPO.minibatch_step
     steps = []
 
-    def marked(self, g, *args):
+    def marked(self, p, *args):
         with Recorder() as inner:
-            out = minibatch_step(self, g, *args)
-        steps.append((g.name, inner.ops))
+            out = minibatch_step(self, p, *args)
+        steps.append((p.name, inner.ops))
         return out
-    monkeypatch.setattr(PPO, "_minibatch_step", marked)
-    algorithm._update_all()
+    monkeypatch.setattr(PPO, "minibatch_step", marked)
+    algorithm.update_all()
     for name in {name for name, _ in steps}:
         ops = [o for n, o in steps if n == name]
         assert len(ops) == 4 and all(o == ops[0] for o in ops), name  # 2 epochs x 2
         assert not host_reads(ops[0])
 
 
-def test_static_and_compacted_updates_learn_the_same():
-    """Per-agent done: the static update weighs rows out of play 0 where the CPU's leaves
-    them out; both give the same advantages on rows in play and the same first step."""
+TAG_CASE = "ppo, per-agent done, continuous, two policies"
+SKIP = {"trainer.out_of_play": "skip"}
+
+
+def test_weighing_rows_out_of_play_takes_the_step_leaving_them_out_takes():
+    """Per-agent done: one step on the whole rollout (one epoch, one minibatch) gives the
+    same parameters whether rows out of play weigh 0 (`weigh`, the whole-update graph's
+    form) or are left out (`skip`): the same advantages on rows in play, the same means."""
+    params = []
+    for choice in ("weigh", "skip"):
+        trainer = make(TAG_CASE, {"trainer.out_of_play": choice, "trainer.update_epochs": 1,
+                                  "trainer.num_minibatches": 1})
+        algorithm = trainer.algorithm
+        buf = algorithm.policies[1].buffer
+        for _ in range(50):  # until a runner is caught
+            algorithm.collect(0)
+            if not buf.active.all():
+                break
+        assert not buf.active.all()
+        algorithm.update(1e-3)
+        params.append(torch.cat([q.detach().reshape(-1) for p in algorithm.policies
+                                 for q in p.model.parameters()]))
+    torch.testing.assert_close(params[0], params[1], rtol=1e-5, atol=1e-6)
+
+
+# ---- per-agent done on a CUDA device: the update eager, its fixed-size parts graphed -----
+def test_chunked_update_trains_as_the_compacted_eager_update():
+    """Rows out of play left out either way; the static form pads each minibatch's last
+    chunk with rows weighing 0 (chunks of 7 rows: most minibatches end in a partial chunk),
+    and computes the values of rows in play in padded chunks. Three updates give the same
+    statistics and parameters as the CPU's eager chunks."""
     results = []
     for static in (False, True):
-        trainer = make("ppo, per-agent done, continuous, two policies")
-        trainer.algorithm.static_steps = static
-        torch.manual_seed(0)
-        trainer.algorithm.collect(0)
-        stats = trainer.algorithm.update(1e-3)
-        results.append(stats)
-    for name in results[0]:
-        for key in ("value_loss", "entropy"):
-            assert results[0][name][key] == pytest.approx(results[1][name][key], rel=0.2), \
-                (name, key)
-
-
-# ---- per-agent done on a CUDA device: the update eager, its minibatch chunks graphed -------
-def chunked(case, overrides):
-    trainer = make(case, overrides)
-    trainer.algorithm.chunk_minibatches()  # what PPO does on a CUDA device with per-agent done
-    return trainer
-
-
-TAG_CASE = "ppo, per-agent done, continuous, two policies"
-
-
-def test_chunked_update_trains_as_the_compacted_eager_update():
-    """Rows out of play left out either way; the chunked step pads its last chunk with rows
-    weighing 0 (chunks of 7 rows: most minibatches end in a partial chunk). Three updates
-    give the same statistics and parameters as the eager chunks (`_minibatch_step`)."""
-    results = []
-    for make_trainer in (make, chunked):
-        trainer = make_trainer(TAG_CASE, {"trainer.max_minibatch_rows": 7})
-        trainer.algorithm.static_steps = False  # as on the CPU: rows out of play left out
+        trainer = make(TAG_CASE, {**SKIP, "trainer.max_minibatch_rows": 7}, static=static)
+        assert trainer.algorithm.policies[0].step.pad == static
         torch.manual_seed(0)
         stats = [trainer.iterate(1e-3) for _ in range(3)]
         params = {n: torch.cat([p.detach().reshape(-1) for p in m.parameters()])
@@ -186,7 +195,7 @@ def test_chunked_update_trains_as_the_compacted_eager_update():
         results.append((stats, params))
     (eager_stats, eager), (chunk_stats, chunks) = results
     for name in eager:
-        assert torch.allclose(eager[name], chunks[name], atol=1e-6), name
+        torch.testing.assert_close(eager[name], chunks[name], rtol=1e-5, atol=1e-6)
     for before, after in zip(eager_stats, chunk_stats):
         for name in ("tagger", "runner"):
             for key in ("policy_loss", "value_loss", "entropy", "approx_kl"):
@@ -198,14 +207,15 @@ def test_chunk_steps_and_optimizer_steps_repeat_with_no_host_read():
     """What the chunked update replays (a value chunk, GAE, a minibatch chunk, an optimizer
     step) runs the same operations on the same shapes at every call, reading nothing on
     the host."""
-    trainer = chunked(TAG_CASE, {"trainer.max_minibatch_rows": 5})
+    trainer = make(TAG_CASE, {**SKIP, "trainer.max_minibatch_rows": 5})
     calls = []
-    for g in trainer.algorithm.groups:
-        for graph in g.chunked.graphs.values():
-            def recorded(step=graph.step, key=(g.name, graph.what)):
+    for p in trainer.algorithm.policies:
+        for graph in p.graphs():
+            def recorded(*inputs, step=graph.step, key=(p.name, graph.what)):
                 with Recorder() as recorder, counting_host_reads() as python_reads:
-                    step()
+                    out = step(*inputs)
                 calls.append((key, recorder.ops, python_reads["reads"]))
+                return out
             graph.step = recorded
     for _ in range(2):  # (GAE runs once per update)
         trainer.iterate(trainer.config.trainer.lr)
@@ -218,17 +228,17 @@ def test_chunk_steps_and_optimizer_steps_repeat_with_no_host_read():
 
 
 def test_out_of_play_weigh_trains_every_row():
-    """`trainer.out_of_play: weigh` keeps the rows out of play in the update (weight 0)."""
+    """`trainer.out_of_play: weigh` keeps the rows out of play in the update (weight 0);
+    `skip` leaves them out."""
     counts = {}
     for choice in ("skip", "weigh"):
-        trainer = make(TAG_CASE, {"trainer.out_of_play": choice})
-        trainer.algorithm.static_steps = False
-        buf = trainer.algorithm.groups[1].buffer
+        trainer = make(TAG_CASE, {"trainer.out_of_play": choice}, static=False)
+        buf = trainer.algorithm.policies[1].buffer
         for _ in range(50):  # until a runner is caught
             trainer.algorithm.collect(0)
             if not buf.active.all():
                 break
-        units, weights = trainer.algorithm._units(buf)
+        (units,), weights = trainer.algorithm.units(buf)
         counts[choice] = (units.shape[0], weights is None)
         in_play = int(buf.active.sum())
     assert counts["skip"] == (in_play, True)
@@ -243,9 +253,7 @@ def offpolicy_trainer(algorithm):
         "trainer.total_steps": 10**6, "trainer.torch_threads": 1, "trainer.compile": "off",
         "trainer.algorithm": algorithm, "trainer.learning_starts": 0,
         "trainer.batch_size": 16, "trainer.replay_size": 1000})
-    trainer = Trainer(config, cls)
-    trainer.algorithm.static_steps = True  # what it runs on a CUDA device
-    return trainer
+    return built(config, cls)
 
 
 @pytest.mark.parametrize("algorithm", ["sac", "td3", "ddpg"])
@@ -254,7 +262,7 @@ def test_offpolicy_rollouts_repeat_with_no_host_read(algorithm):
     operations and read nothing on the host; the rings' device-side position and size
     follow their host counters, which advance after each rollout."""
     trainer = offpolicy_trainer(algorithm)
-    algo, replay = trainer.algorithm, trainer.algorithm.groups[0].replay
+    algo, replay = trainer.algorithm, trainer.algorithm.policies[0].replay
     algo.collect(0)  # (the first call makes what later ones reuse)
     runs = []
     for k in (1, 2):
@@ -274,14 +282,15 @@ def test_offpolicy_gradient_steps_repeat_with_no_host_read(algorithm):
     drawn into a fixed tensor before each, and each step trains."""
     trainer = offpolicy_trainer(algorithm)
     algo = trainer.algorithm
-    group = algo.groups[0]
+    group = algo.policies[0]
     calls = []
     trainer.iterate(1e-3)  # the first static steps make their graphs
     for due, graph in group.graphs.items():
         def recorded(step=graph.step, due=due):
             with Recorder() as recorder, counting_host_reads() as python_reads:
-                step()
+                out = step()
             calls.append((due, recorder.ops, python_reads["reads"]))
+            return out
         graph.step = recorded
     before = [p.detach().clone() for p in group.model.critics.parameters()]
     stats = trainer.iterate(1e-3)["agent"]

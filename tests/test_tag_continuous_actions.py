@@ -175,8 +175,8 @@ def test_trainer_runs_in_continuous_mode():
         "env.num_other_agents_observed": 3, "env.episode_length": 10,
         "env.continuous_actions": True})
     trainer = Trainer(config, cls)
-    assert [g.name for g in trainer.algorithm.groups] == ["tagger", "runner"]
-    assert all(g.continuous for g in trainer.algorithm.groups)
+    assert [g.name for g in trainer.algorithm.policies] == ["tagger", "runner"]
+    assert all(g.continuous for g in trainer.algorithm.policies)
     trainer.algorithm.collect(0)
     stats = trainer.algorithm.update(1e-3)
     metrics = trainer.metrics(stats, 1.0, 1e-3)

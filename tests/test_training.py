@@ -49,9 +49,9 @@ def test_a2c_runs_and_learns_something():
     trainer = Trainer(cartpole_config(algorithm="a2c", update_epochs=1, num_minibatches=1,
                                       rollout_len=8, lr=7e-4, total_steps=16 * 8 * 60),
                       CARTPOLE)
-    before = [p.clone() for p in trainer.algorithm.groups[0].model.parameters()]
+    before = [p.clone() for p in trainer.algorithm.policies[0].model.parameters()]
     trainer.train()
-    after = list(trainer.algorithm.groups[0].model.parameters())
+    after = list(trainer.algorithm.policies[0].model.parameters())
     assert any(not torch.equal(a, b) for a, b in zip(before, after))
 
 
@@ -61,11 +61,11 @@ def test_multi_policy_env_trains_each_policy():
         "trainer.total_steps": 32, "env.num_taggers": 2, "env.num_runners": 4,
         "env.num_other_agents_observed": 3, "env.episode_length": 10})
     trainer = Trainer(config, env_class("tag_continuous"))
-    assert [g.name for g in trainer.algorithm.groups] == ["tagger", "runner"]
+    assert [g.name for g in trainer.algorithm.policies] == ["tagger", "runner"]
     metrics = trainer.metrics(trainer.algorithm.update(1e-3), 1.0, 1e-3)
     for name in ("tagger", "runner"):
         assert metrics[f"value_loss/{name}"] >= 0
-    assert trainer.algorithm.groups[0].model is not trainer.algorithm.groups[1].model
+    assert trainer.algorithm.policies[0].model is not trainer.algorithm.policies[1].model
 
 
 @pytest.mark.parametrize("overrides, message", [

@@ -1,7 +1,8 @@
 """How the learner runs on its device: numeric precision and torch.compile.
 
 `trainer.precision` (auto | fp32 | tf32 | bf16) and `trainer.compile`
-(auto | on | off) are resolved once per run. Whatever they pick, the
+(auto | on | off) are resolved once per run; `MaybeCompiled` is a function
+through torch.compile that falls back to running eagerly. Whatever they pick, the
 learning semantics stay those of fp32: bf16 autocast runs the matmuls in
 bf16, while the weights, the optimizer state, softmax/log-softmax, the loss
 reductions, GAE and returns stay in fp32.
@@ -60,43 +61,6 @@ def resolve_precision(choice: str, device: torch.device, graphs: bool = False) -
     return Precision(choice, device.type, cache=not graphs)
 
 
-def adam(params, lr: float, eps: float = 1e-8, capturable_on=None) -> torch.optim.Adam:
-    """The learners' Adam: torch's fused kernel (one pass over every tensor of the step, where
-    the default loops over them in Python on the CPU: cartpole's PPO update 7-10% faster,
-    docs/benchmarks.md, "Fused Adam, the critic over rows in play"). `capturable_on`: the
-    CUDA device of a step captured as a CUDA graph, where Adam keeps its step counts and
-    its learning rate as device tensors (the rate is then changed in place, `set_lr`)."""
-    if capturable_on is None:
-        return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
-    return torch.optim.Adam(params, lr=torch.tensor(float(lr), device=capturable_on), eps=eps,
-                            fused=True, capturable=True)
-
-
-def plain_lr(optimizer_state: dict) -> dict:
-    """An optimizer's state dict with its learning rates as floats (a captured step keeps
-    them as device tensors), so checkpoints load on any device."""
-    for param_group in optimizer_state.get("param_groups", ()):  # (a StackedAdam has none)
-        param_group["lr"] = float(param_group["lr"])
-    return optimizer_state
-
-
-def load_keeping_lr(optimizer, state: dict):
-    """Load an optimizer's state, keeping its learning rate's kind (a float, or the device
-    tensor a captured step reads) with the loaded value."""
-    if not hasattr(optimizer, "param_groups"):  # a population's StackedAdam
-        optimizer.load_state_dict(state)
-        return
-    lr = optimizer.param_groups[0]["lr"]
-    optimizer.load_state_dict(state)
-    saved = float(optimizer.param_groups[0]["lr"])
-    for param_group in optimizer.param_groups:
-        param_group["lr"] = lr
-        if isinstance(lr, torch.Tensor):
-            lr.fill_(saved)
-        else:
-            param_group["lr"] = saved
-
-
 def compile_enabled(choice: str, device: torch.device, pays_on_cpu: bool = False,
                     graphs: bool = False) -> bool:
     """`auto`: compile on CUDA GPUs where the steps are not replayed as CUDA graphs (which
@@ -117,17 +81,6 @@ def use_disk_cache():
     chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     if chosen is None or os.path.abspath(chosen) == os.path.abspath(default_cache_dir()):
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_root() / "inductor")
-
-
-def forget_compiled():
-    """Drop torch.compile's caches, so the next trainer compiles afresh.
-
-    dynamo stops compiling a function once it has recompiled it a few times
-    (for new model instances, say); an auto-scale search builds a trainer per
-    trial and must not leave the run itself running eagerly.
-    """
-    if "torch._dynamo" in sys.modules:
-        torch._dynamo.reset()
 
 
 class MaybeCompiled:

@@ -27,7 +27,8 @@ Both are checked against `torch.optim.Adam` (tests/test_descent.py).
   minibatch takes the gradient of its mean loss in bounded memory. Under DDP, chunks
   before the last skip the all-reduce (`no_sync`). On a CUDA device (`graphs`) the
   chunk step and the optimizer step are each replayed as a CUDA graph
-  (training.graphs), the last chunk padded to the chunk's size with rows that weigh 0.
+  (training.graphs), the last chunk padded to the chunk's size with rows that weigh 0
+  (`pad`; on the CPU the tests run this static form eagerly).
 - `CompiledDescent`: a whole step as one torch.compile'd call (`torch.func.grad` of the
   loss over the parameters, then Adam as tensor operations, in place on the
   parameters and the Adam's own state), which eager PyTorch would run as a few
@@ -76,11 +77,13 @@ class Adam:
 
     # ---- the learning rate -------------------------------------------------------------
     def set_lr(self, lr):
-        """A number, or one per member; changed in place (a captured step reads it)."""
-        value = torch.as_tensor(lr, dtype=torch.float64)
-        self.lr.copy_(value.expand(self.lr.shape), non_blocking=True)
+        """A number, or one per member (a list); a captured step reads the device copy,
+        changed in place."""
+        rates = [float(r) for r in lr] if isinstance(lr, (list, tuple)) \
+            else [float(lr)] * max(1, self.members)
         # the kernel takes a float as a double: the rate as given, not rounded to fp32
-        self._rates = None if self.device_lr else value.expand(self.lr.shape).tolist()
+        self._rates = rates if self.members else rates[0]
+        self.lr.copy_(torch.tensor(rates if self.members else rates[0]), non_blocking=True)
 
     def rate(self, k: int | None = None):
         """The learning rate the fused kernel takes: member k's (a float, or a device
@@ -190,10 +193,12 @@ class MinibatchStep:
     """
 
     def __init__(self, loss_fn, adam: Adam, chunk: int, unit_dim: int = 0, no_sync=None,
-                 graphs: bool = False, what: str = "the minibatch", timer=None):
+                 pad: bool = False, graphs: bool = False, what: str = "the minibatch",
+                 timer=None):
+        """`pad`: every chunk `chunk` units (a captured chunk has one shape: the last one
+        is padded); `graphs`: the chunk and optimizer steps captured as CUDA graphs."""
         self.loss_fn, self.adam, self.chunk, self.unit_dim = loss_fn, adam, chunk, unit_dim
-        self.no_sync = no_sync
-        self.pad = graphs  # a captured chunk has one shape: the last one is padded
+        self.no_sync, self.pad = no_sync, pad
         self.grads = [torch.zeros_like(p) for p in adam.params]
         self.chunk_step = StepGraph(self._chunk, f"{what}'s chunk", graphs, timer)
         self.optimizer_step = StepGraph(self._optimizer_step, f"{what}'s optimizer step",
@@ -207,6 +212,9 @@ class MinibatchStep:
         for p, grad in zip(self.adam.params, self.grads):
             p.grad = grad  # (accumulated into in place: a captured backward needs it so)
         count = rows.shape[self.unit_dim]
+        if self.pad and weights is None:  # (one form for every chunk: weighted)
+            weights = torch.ones(rows.shape, device=adv.device)
+            total = weights.sum(tuple(range(self.unit_dim, weights.dim())))
         stats = 0.0
         for start in range(0, count, self.chunk):
             n = min(self.chunk, count - start)

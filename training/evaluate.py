@@ -54,11 +54,12 @@ def mean_ci(values) -> tuple[float, float]:
     return mean, Z95 * math.sqrt(variance / n)
 
 
-def load_policies(run_dir, env) -> dict:
-    """The trained policies of a run's latest checkpoint, one per policy, on the env's
-    device: their acting networks, as training.actors acts with them."""
+def load_policies(run_dir, env, member=None) -> dict:
+    """The trained policies of a run's latest checkpoint (a population's: member `member`,
+    default its best), one per policy, on the env's device: their acting networks, as
+    training.actors acts with them."""
     return {name: policy.model for name, policy in
-            trained.load_policies(run_dir, env.device).items()}
+            trained.load_policies(run_dir, env.device, member).items()}
 
 
 class Greedy:

@@ -101,16 +101,17 @@ def to_onnx(policy, path: Path):
 WRITERS = {"onnx": to_onnx, "torchscript": to_torchscript}
 
 
-def export(run_dir, fmt: str, out=None, names=None) -> list:
-    """Write the acting network of each policy of the run (or of those `names`) to `out`
-    (default RUN_DIR/export) in format `fmt`; returns the paths written."""
+def export(run_dir, fmt: str, out=None, names=None, member=None) -> list:
+    """Write the acting network of each policy of the run (or of those `names`; of a
+    population's member `member`, default its best) to `out` (default RUN_DIR/export) in
+    format `fmt`; returns the paths written."""
     if fmt not in FORMATS:
         raise GpusimError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     run_dir = Path(run_dir)
     out = Path(out) if out is not None else run_dir / "export"
     if out.exists() and not out.is_dir():
         raise GpusimError(f"--out {out} is a file: name a folder")
-    policies = load_policies(run_dir)
+    policies = load_policies(run_dir, member=member)
     chosen = [policies[name] for name in (names or policies)]  # an unknown name: one line
     with writing(out):
         out.mkdir(parents=True, exist_ok=True)
@@ -140,9 +141,11 @@ def main(argv=None) -> int:
     parser.add_argument("--out", help="the folder to write into (default: RUN_DIR/export)")
     parser.add_argument("--policy", action="append", dest="names", metavar="NAME",
                         help="export this policy only (repeat for several; default: all)")
+    parser.add_argument("--member", help="a population run: the member to export (m3; "
+                                         "default: the best by its last logged return)")
     args = parser.parse_args(argv)
     try:
-        paths = export(args.run_dir, args.format, args.out, args.names)
+        paths = export(args.run_dir, args.format, args.out, args.names, args.member)
     except GpusimError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -109,11 +109,11 @@ class _paused:
 
 class FixedChunks:
     """`fn(rows)` -> one output per row, run over any number of rows in chunks of `size`
-    rows, each chunk a `StepGraph` replay where `enabled` (then the last chunk is padded
-    with copies of its first row, whose outputs are dropped)."""
+    rows; with `pad`, every chunk `size` rows (the last padded with copies of its first
+    row, whose outputs are dropped), each a `StepGraph` replay where `enabled`."""
 
-    def __init__(self, fn, size: int, what: str, enabled: bool, timer=None):
-        self.size, self.pad = size, enabled
+    def __init__(self, fn, size: int, what: str, pad: bool, enabled: bool, timer=None):
+        self.size, self.pad = size, pad
         self.graph = StepGraph(fn, what, enabled, timer)
 
     def __call__(self, rows: torch.Tensor) -> torch.Tensor:
@@ -125,7 +125,7 @@ class FixedChunks:
                 part = torch.cat([part, part[:1].expand(self.size - n, *part.shape[1:])])
             chunk = self.graph(part)[:n]  # (a replay's output: overwritten by the next)
             if out is None and n == rows.shape[0]:
-                return chunk.clone() if self.pad else chunk
+                return chunk.clone() if self.graph.enabled else chunk
             if out is None:
                 out = chunk.new_empty((rows.shape[0],) + chunk.shape[1:])
             out[start:start + n] = chunk

@@ -317,6 +317,12 @@ class Trainer:
 
     def load_state_dict(self, state: dict):
         """Continue from a checkpoint; one that does not fit this run is a GpusimError."""
+        if isinstance(state, dict) and "population_member" in state:
+            held = state["population_member"]
+            raise GpusimError(f"this run directory holds population member {held.get('member')}"
+                              f"'s trained networks only (written by evaluate for "
+                              f"{held.get('run')}), no training state: it cannot resume; "
+                              "start a new run with its config")
         if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
             raise GpusimError("the checkpoint was not written by this version of gpusim's "
                               "trainer (its layout differs); start the run again")
@@ -329,6 +335,13 @@ class Trainer:
         if len(ranks) != self.world_size:
             raise GpusimError(f"the checkpoint holds {len(ranks)} processes' replicas; "
                               f"resume it with {len(ranks)} processes, not {self.world_size}")
+        algorithm = state["algorithm"] if isinstance(state["algorithm"], dict) else {}
+        held, count = len(algorithm.get("alive", [None])), self.algorithm.members.count
+        if held != count:
+            raise GpusimError(f"the checkpoint holds a population of {held} member"
+                              f"{'s' if held != 1 else ''}; this run's trainer.population "
+                              f"makes {count}: resume it with the population it was written "
+                              "with")
         for part in ("recent_returns",):
             absent = [name for name in self.recent if name not in state[part]]
             if absent:

@@ -41,6 +41,47 @@ def member_config(config, member):
     return replace(config, trainer=t, algo=algo, auto_scale_report=None)
 
 
+def pick(run_dir, config, member=None) -> tuple:
+    """(k, the line that says which): member `member` of population run `run_dir` ("m3",
+    3), or by default (None, "best") its best: the highest mean over its policies of the
+    last mean return logged (metrics.jsonl)."""
+    team = population.members(config.trainer)
+    size = len(team)
+    if member not in (None, "best"):
+        text = str(member)
+        k = int(text[1:]) if text[:1] == "m" and text[1:].isdigit() else \
+            int(text) if text.isdigit() else -1
+        if not 0 <= k < size:
+            raise GpusimError(f"{run_dir} has members m0 to m{size - 1}, not {member!r}")
+        chosen = team[k]
+        return k, (f"gpusim: {Path(run_dir).name} is a population of {size}: member "
+                   f"{chosen.name} (seed {chosen.seed}, {chosen.label})")
+    scores = _last_returns(Path(run_dir), config, team)
+    k = max(range(size), key=lambda i: (scores[i] is not None, scores[i] or 0.0, -i))
+    chosen = team[k]
+    why = "the best by its last mean return" if scores[k] is not None \
+        else "none has a logged return yet, so the first"
+    return k, (f"gpusim: {Path(run_dir).name} is a population of {size}: member {chosen.name} "
+               f"(seed {chosen.seed}, {chosen.label}), {why}; --member (member=) picks "
+               "another")
+
+
+def _last_returns(run_dir: Path, config, team: list) -> list:
+    """Per member, the mean over its policies of the last logged mean return (None: none)."""
+    from .metrics import read_lines, record
+    try:
+        records = [r for r in map(record, read_lines(run_dir / "metrics.jsonl")) if r]
+    except GpusimError:
+        records = []
+    last = records[-1] if records else {}
+    out = []
+    for m in team:
+        values = [v for k, v in last.items() if k.startswith("episode_return/")
+                  and k.endswith(f"/{m.name}") and v is not None]
+        out.append(sum(values) / len(values) if values else None)
+    return out
+
+
 def member_models(models: dict, k: int) -> dict:
     """Member k's networks from a population checkpoint's stacked ones (StackedPolicy
     state dicts: each tensor (members, ...), named with `__` for `.`)."""

@@ -14,6 +14,7 @@ dropped, so a central critic's input size never matters here.
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +23,7 @@ from torch import nn
 
 from gpusim.errors import GpusimError, describe
 
-from . import checkpoint
+from . import checkpoint, members, population
 from .algorithms import algorithm_class
 from .config import load_run_dir_config
 
@@ -213,12 +214,20 @@ class _NoEnv:
         return torch.zeros(1, 1)
 
 
-def load_policies(run_dir, device="cpu") -> Policies:
+def load_policies(run_dir, device="cpu", member=None) -> Policies:
     """The trained policies of a run's latest checkpoint, one per policy name, on
-    `device` (a torch device: "cpu", "cuda:0"). Needs no env built (see the module)."""
+    `device` (a torch device: "cpu", "cuda:0"). Needs no env built (see the module). Of a
+    population run, member `member` ("m3" or 3; default: the best by its last logged
+    return), with one line saying which."""
     run_dir = Path(run_dir)
     cls, config = load_run_dir_config(run_dir)
     saved = _saved_models(run_dir)
+    if population.size(config.trainer) > 1:
+        k, line = members.pick(run_dir, config, member)
+        print(line, file=sys.stderr, flush=True)
+        saved = members.member_models(saved, k)
+    elif member is not None:
+        raise GpusimError(f"{run_dir} is a solo run: a member applies to a population run")
     declared = cls.declared(config.env)
     device = _device(device)
     algorithm = algorithm_class(config.trainer.algorithm)

@@ -96,6 +96,15 @@ def check(trainer, algo):
                 _number(v) for v in values):
             raise ConfigError(f"config key '{where}' must be a non-empty list of numbers, "
                               f"got {values!r}")
+        numbers = [float(v) for v in values]
+        if len(numbers) == 1:
+            raise ConfigError(f"config key '{where}' holds one value: set trainer.{key} "
+                              "instead (a sweep takes two or more)")
+        repeated = next((v for v in numbers if numbers.count(v) > 1), None)
+        if repeated is not None:
+            raise ConfigError(f"config key '{where}' holds {repeated:g} twice: its members "
+                              "would train alike; for more seeds of a setting use "
+                              "trainer.seeds_per_setting")
         for value in values:  # each member's setting passes the checks a solo run's does
             target = trainer if key == "lr" else algo
             try:

@@ -87,14 +87,18 @@ def write_animation(env, frames: list, out: Path, fps: int = 20, every: int = 1)
 
 
 def render(source: str, out, episodes: int = 1, replica: int = 0, seed: int = 0,
-           every: int = 1, max_steps: int = 10_000) -> int:
-    """Render episodes of a run (trained policies) or an env (random policies); frame count."""
+           every: int = 1, max_steps: int = 10_000, member=None) -> int:
+    """Render episodes of a run (trained policies; a population's: member `member`, default
+    its best) or an env (random policies); frame count."""
     path = Path(source)
     if (path / "config.yaml").is_file():
         cls, config = load_run_dir_config(path)
         env = cls(num_envs=replica + 1, backend="cpu", seed=seed, config=config.env)
-        models = load_policies(path, env)
+        models = load_policies(path, env, member)
     else:
+        if member is not None:
+            raise GpusimError("--member picks a population run's member; "
+                              f"{source} is an env, not a run directory")
         cls = env_class(source)
         env = cls(num_envs=replica + 1, backend="cpu", seed=seed)
         models = {}
@@ -115,11 +119,13 @@ def main(argv=None) -> int:
     parser.add_argument("--every", type=int_in(1), default=1, help="keep every n-th frame")
     parser.add_argument("--max_steps", type=int_in(1, MAX_STEPS), default=10_000,
                         help="frames recorded at most (kept in memory until written)")
+    parser.add_argument("--member", help="a population run: the member to watch (m3; "
+                                         "default: the best by its last logged return)")
     args = parser.parse_args(argv)
     try:
         output_file(args.out, ANIMATIONS)  # before recording, not after
         count = render(args.source, args.out, args.episodes, args.replica, args.seed,
-                       args.every, args.max_steps)
+                       args.every, args.max_steps, args.member)
     except GpusimError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

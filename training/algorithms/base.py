@@ -20,6 +20,7 @@ from gpusim.spaces import agent_index
 from ..acceleration import compile_enabled, resolve_precision, use_disk_cache
 from ..episodes import EpisodeTracker
 from ..graphs import graphs_enabled
+from ..population import finite_members, restore_member, stacked_state
 
 
 class Algorithm:
@@ -37,9 +38,12 @@ class Algorithm:
         self.timer = timer
         self.rank, self.world_size = context.rank, context.world_size
         self.distributed = self.world_size > 1
-        # CUDA graphs (training.graphs) replay the steps whose shapes are fixed
-        self.use_graphs = graphs_enabled(config.trainer.cuda_graphs, env.device) \
+        # `static`: the steps take the form a CUDA graph can replay (fixed shapes, no host
+        # read); `use_graphs`: they are captured and replayed (training.graphs), on a CUDA
+        # device. (Tests build the static form on the CPU, where it runs eagerly.)
+        self.static = graphs_enabled(config.trainer.cuda_graphs, env.device) \
             and self.graphs_supported(config.trainer)
+        self.use_graphs = self.static and env.device.type == "cuda"
         self.precision = resolve_precision(config.trainer.precision, env.device,
                                            self.use_graphs)
         self.use_compile = compile_enabled(config.trainer.compile, env.device,
@@ -92,6 +96,29 @@ class Algorithm:
         raise NotImplementedError
 
     def update(self, lr: float) -> dict:
+        raise NotImplementedError
+
+    def guarded(self, update, learning: bool = True) -> dict:
+        """`update()` (every policy's update; their statistics as one tensor, policies x
+        [members x] statistics), read once; a population's member whose statistics or
+        parameters stopped being finite put back to its state before it and frozen. The
+        statistics by reported name (of the members still learning)."""
+        members, policies = self.members, self.policies
+        before = [stacked_state(self.tensors(p)) for p in policies] \
+            if learning and not members.solo else None
+        values = update().tolist()  # one host read
+        if before is not None:
+            finite = finite_members([q for p in policies for q in p.model.parameters()],
+                                    members.count)
+            members.freeze_diverged(values, finite, lambda k: [
+                restore_member(self.tensors(p), saved, k) for p, saved in zip(policies, before)])
+        return members.report([p.name for p in policies],
+                              [dict(zip(self.stats, v)) if members.solo
+                               else [dict(zip(self.stats, m)) for m in v] for v in values])
+
+    @staticmethod
+    def tensors(p) -> list:
+        """Every tensor of a policy's training state (a population's: members leading)."""
         raise NotImplementedError
 
     def reported_names(self) -> list:

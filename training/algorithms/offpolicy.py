@@ -38,7 +38,7 @@ import torch
 from gpusim.config import require
 from gpusim.errors import ConfigError, GpusimError
 
-from ..population import Members, finite_members, restore_member, stacked_state
+from ..population import Members
 from .base import Algorithm
 from .offpolicy_build import build
 from .offpolicy_networks import NetsOn, OffPolicyModel
@@ -167,7 +167,7 @@ class OffPolicy(Algorithm):
         for t in range(t_cfg.rollout_len):
             active = env.agent_active()
             with self.timer("forward"):
-                obs = {g.name: self.observe(g.name, self.next_obs).clone() for g in self.groups}
+                obs = {g.name: self.observe(g.name, self.next_obs).clone() for g in self.policies}
                 with self.precision.autocast():
                     acted = (self.explorers if explore[t] else self.actors).act(self.next_obs)
             with self.timer("env"):
@@ -179,7 +179,7 @@ class OffPolicy(Algorithm):
                 still = env.agent_active()
                 if still is not None:  # in finished replicas: who was in play at the end
                     still = torch.where(done[:, None], env.final_active(), still)
-                for g in self.groups:
+                for g in self.policies:
                     ended = terminated[:, None].expand(-1, g.spec.num_agents)
                     if active is not None:  # an agent that left play terminated too
                         ended = ended | ~still[:, g.agents]
@@ -194,37 +194,29 @@ class OffPolicy(Algorithm):
 
     # ---- update --------------------------------------------------------------------
     def update(self, lr: float) -> dict:
-        """Each policy's gradient steps (none before `learning_starts`); the mean
-        statistics per reported name (a population's diverged members put back first)."""
-        t_cfg, members = self.config.trainer, self.members
+        """Each policy's gradient steps (none before `learning_starts`): their mean
+        statistics."""
+        t_cfg = self.config.trainer
         steps_taken = self.env_steps + t_cfg.steps_per_iteration * self.world_size
         steps = self.gradient_steps_per_iteration() if steps_taken > self.cfg.learning_starts \
             else 0
         self.set_rates(lr)
-        before = [stacked_state(self.tensors(g)) for g in self.groups] \
-            if steps and not members.solo else None
-        totals = []
-        for g in self.groups:
-            total = torch.zeros(self.stats_shape, device=self.env.device)
-            for _ in range(steps):
-                total += g.step()
-            totals.append(total / max(1, steps))
-        values = torch.stack(totals).tolist()  # one host read
-        if before is not None:
-            finite = finite_members([q for g in self.groups for q in g.model.parameters()],
-                                    members.count)
-            members.freeze_diverged(values, finite, lambda k: [
-                restore_member(self.tensors(g), saved, k)
-                for g, saved in zip(self.groups, before)])
-        return members.report([g.name for g in self.groups],
-                              [dict(zip(self.stats, v)) if members.solo
-                               else [dict(zip(self.stats, m)) for m in v] for v in values])
+
+        def run():
+            totals = []
+            for g in self.policies:
+                total = torch.zeros(self.stats_shape, device=self.env.device)
+                for _ in range(steps):
+                    total += g.step()
+                totals.append(total / max(1, steps))
+            return torch.stack(totals)
+        return self.guarded(run, learning=steps > 0)
 
     def set_rates(self, lr: float):
         """Every Adam at the loop's rate (a population: each member's, 0 where it stopped
         learning, whose targets stop moving too)."""
         rates = self.members.rates(lr)
-        for g in self.groups:
+        for g in self.policies:
             for adam in g.optimizer.by_name.values():
                 adam.set_lr(rates)
         if not self.members.solo:
@@ -232,19 +224,20 @@ class OffPolicy(Algorithm):
             self.tau.copy_(self.tau_base * alive)
 
     def gradient_step(self, descent, g, obs, actions, rewards, next_obs, terminated, weights,
-                      actor_due: bool, nets: NetsOn | None = None):
+                      actor_due: bool, draws=(), nets: NetsOn | None = None):
         """One step of the critics towards r + gamma * (1 - terminated) * Q'(s', a'), and
         when due one step of the actor (and of SAC's alpha) and of the targets, on a sampled
-        batch: its networks and steps taken through `descent` (training.descent: compiled,
-        or eager), its networks run through `nets` (default: the group's own; a population
-        member's: offpolicy_members.py). Returns (statistics, TD errors)."""
+        batch and the step's standard normal `draws` (`step_draws` of them): its steps taken
+        through `descent` (training.descent: eager, or compiled), its networks run through
+        `nets` (default: the group's own; a population member's: offpolicy_members.py).
+        Returns (statistics, TD errors)."""
         cfg, model = self.cfg, g.model
         autocast = self.precision.autocast  # forwards in bf16 where asked; losses in fp32
         critic_params = descent.params("critic")
         log_alpha = descent.params("alpha")["log_alpha"] if "alpha" in g.optimizer.by_name \
             else None
         if nets is None:
-            nets = NetsOn(g, descent.params("actor"), critic_params, cfg.tau)
+            nets = NetsOn(g, descent.params("actor"), critic_params, cfg.tau, draws)
         alpha = nets.alpha(log_alpha).detach()
         with torch.no_grad(), autocast():
             next_action, next_log_prob = self.next_action(nets, next_obs)
@@ -292,8 +285,9 @@ class OffPolicy(Algorithm):
         return True
 
     def step_draws(self, actor_due: bool) -> int:
-        """How many standard normal (batch, action dims) draws one gradient step takes, in
-        order: a population member's come from its own generator, drawn beforehand."""
+        """How many standard normal (batch rows, action dims) draws one gradient step takes,
+        in order: drawn before the step (from torch's generator; a population member's from
+        its own), so the step itself draws nothing."""
         return 0
 
     def actor_loss(self, g, obs, alpha):
@@ -306,20 +300,19 @@ class OffPolicy(Algorithm):
 
     # ---- checkpoints -----------------------------------------------------------------
     def models(self) -> dict:
-        return {g.name: g.model for g in self.groups}
+        return {g.name: g.model for g in self.policies}
 
     @staticmethod
     def tensors(g) -> list:
-        """Every tensor of a policy's training state (a population's: members leading)."""
         out = list(g.model.parameters())
         for adam in g.optimizer.by_name.values():
             out += adam.exp_avg + adam.exp_avg_sq + [adam.step_count]
         return out
 
     def state_dict(self) -> dict:
-        state = {"models": {g.name: g.model.state_dict() for g in self.groups},
-                 "optimizers": {g.name: g.optimizer.state_dict() for g in self.groups},
-                 "updates": {g.name: g.updates for g in self.groups}}
+        state = {"models": {g.name: g.model.state_dict() for g in self.policies},
+                 "optimizers": {g.name: g.optimizer.state_dict() for g in self.policies},
+                 "updates": {g.name: g.updates for g in self.policies}}
         if not self.members.solo:
             state.update(self.members.state_dict(),
                          noise_rngs=[n.get_state() for n in self.noise])
@@ -329,7 +322,7 @@ class OffPolicy(Algorithm):
         self.check_policies(state, "models", "optimizers", "updates")
         if not self.members.solo:
             self.members.load_state_dict(state)
-        for g in self.groups:
+        for g in self.policies:
             g.model.load_state_dict(state["models"][g.name])
             g.optimizer.load_state_dict(state["optimizers"][g.name])
             g.updates = state["updates"][g.name]
@@ -343,7 +336,7 @@ class OffPolicy(Algorithm):
     def rank_state_dict(self) -> dict:
         if not self.cfg.checkpoint_replay:
             return {}
-        return {"replay": {g.name: g.replay.state_dict() for g in self.groups}}
+        return {"replay": {g.name: g.replay.state_dict() for g in self.policies}}
 
     def load_rank_state_dict(self, state: dict):
         if "replay" not in state:
@@ -351,14 +344,14 @@ class OffPolicy(Algorithm):
                   "was false): the resumed run refills them and will not reproduce an "
                   "uninterrupted one", flush=True)
             return
-        for g in self.groups:
+        for g in self.policies:
             g.replay.load_state_dict(state["replay"][g.name])
 
     def warming_up(self) -> bool:
         """Whether a graph is still to be captured (the gradient steps' after learning
         starts)."""
         graphs = [*self.rollout_graphs.values(),
-                  *(graph for g in self.groups for graph in g.graphs.values())]
+                  *(graph for g in self.policies for graph in g.graphs.values())]
         return any(graph.warming_up() for graph in graphs)
 
     @classmethod

@@ -72,11 +72,11 @@ def build(algo):
     env, members = algo.env, algo.members
     algo.collectives = TorchCollectives() if algo.distributed else LOCAL
     if members.solo:
-        algo.groups = [solo_group(algo, name, spec) for name, spec in env.policy_specs.items()]
+        algo.policies = [solo_group(algo, name, spec) for name, spec in env.policy_specs.items()]
     else:
         from .offpolicy_members import build_members
         build_members(algo)  # the groups, each member's generators, explorers and tau
-    algo.actors = Actors(env, {g.name: g.model for g in algo.groups},
+    algo.actors = Actors(env, {g.name: g.model for g in algo.policies},
                          wrap=lambda fn, what: MaybeCompiled(fn, what, algo.compile_acting))
     if members.solo:
         algo.explorers = Actors(env, {})  # uniformly random, before learning starts
@@ -108,10 +108,10 @@ def solo_group(algo, name, spec) -> OffPolicyGroup:
 
 def choose_speed(algo):
     """How each gradient step and the rollout run (see the module), once."""
-    static = algo.use_graphs  # (graphs_supported: only where the sample is static)
+    static = algo.static  # (graphs_supported: only where the sample is static)
     algo.rollout_graphs = {}
     algo.run_rollout = functools.partial(graphed_rollout, algo) if static else algo.rollout
-    for g in algo.groups:
+    for g in algo.policies:
         g.store = g.replay.write if static else g.replay.add
         if not algo.members.solo:
             from .offpolicy_members import MembersStep
@@ -141,8 +141,9 @@ class EagerStep:
         algo, g, cfg = self.algo, self.g, self.algo.cfg
         batch = g.replay.sample(cfg.batch_size, beta=cfg.priority_beta)
         g.updates += 1
+        due = algo.actor_due(g)
         inputs = (batch.obs, batch.actions, batch.rewards, batch.next_obs, batch.terminated,
-                  batch.weights, algo.actor_due(g))
+                  batch.weights, due, draws(algo, g, batch.obs.shape[0], due))
         out = self.compiled(*inputs) if self.compiled is not None else None
         if out is None:
             out = algo.gradient_step(self.eager, g, *inputs)
@@ -154,8 +155,8 @@ class EagerStep:
 
 class GraphedStep:
     """The gradient step as a StepGraph, one per actor-due value (TD3 alternates): its
-    batch's rows drawn into a fixed tensor first (a graph replays only torch's default
-    generator), then sampled, stepped and its statistics returned inside the graph."""
+    batch's rows and its standard normal draws drawn first, eagerly, into the tensors the
+    graph reads; then sampled, stepped and its statistics returned inside the graph."""
 
     def __init__(self, algo, g: OffPolicyGroup):
         self.algo, self.g = algo, g
@@ -168,17 +169,23 @@ class GraphedStep:
         graph = g.graphs.get(due)
         if graph is None:
             graph = g.graphs[due] = StepGraph(functools.partial(self._step, due),
-                                              f"policy {g.name!r}'s gradient step", True,
-                                              algo.timer)
+                                              f"policy {g.name!r}'s gradient step",
+                                              algo.use_graphs, algo.timer)
         g.replay.draw_static(algo.cfg.batch_size)
-        return graph()
+        return graph(*draws(algo, g, algo.cfg.batch_size, due))
 
-    def _step(self, due: bool) -> torch.Tensor:
+    def _step(self, due: bool, *noise) -> torch.Tensor:
         batch = self.g.replay.sample_static()
         stats, _ = self.algo.gradient_step(self.eager, self.g, batch.obs, batch.actions,
                                            batch.rewards, batch.next_obs, batch.terminated,
-                                           batch.weights, due)
+                                           batch.weights, due, noise)
         return stats
+
+
+def draws(algo, g: OffPolicyGroup, rows: int, due: bool) -> list:
+    """The gradient step's standard normal draws, from torch's generator, in its order."""
+    return [torch.randn((rows, g.spec.action_width), device=algo.env.device)
+            for _ in range(algo.step_draws(due))]
 
 
 def graphed_rollout(algo, explore: tuple):
@@ -188,7 +195,8 @@ def graphed_rollout(algo, explore: tuple):
     if graph is None and len(set(explore)) == 1:
         graph = algo.rollout_graphs[explore] = StepGraph(
             functools.partial(algo.rollout, explore),
-            "the rollout" + (" (random actions)" if explore[0] else ""), True, algo.timer)
+            "the rollout" + (" (random actions)" if explore[0] else ""), algo.use_graphs,
+            algo.timer)
     if graph is None:
         algo.rollout(explore)
     elif graph.graph is None:
@@ -196,7 +204,7 @@ def graphed_rollout(algo, explore: tuple):
     else:
         with algo.timer("rollout"):  # (a replay runs no Python: no inner sections)
             graph()
-    for g in algo.groups:
+    for g in algo.policies:
         for _ in range(algo.config.trainer.rollout_len):
             g.replay.advance(algo.env.num_envs * g.spec.num_agents)
 

@@ -144,19 +144,13 @@ class MemberNets(NetsOn):
     in the order a solo run draws them)."""
 
     def __init__(self, g, actor, critics, tau, targets: dict, log_alpha, bonus, draws):
-        super().__init__(g, actor, critics, tau)
+        super().__init__(g, actor, critics, tau, draws)
         self.targets, self.log_alpha, self.bonus = targets, log_alpha, bonus
-        self.draws = iter(draws)  # shared with the copies `with_actor` makes
 
     def with_actor(self, params: dict) -> MemberNets:
         nets = copy.copy(self)
         nets.actor_params = params
         return nets
-
-    def actor(self, obs, deterministic: bool = False):
-        noise = None if deterministic or not self.model.actor.stochastic else next(self.draws)
-        return torch.func.functional_call(self.model.actor, self.actor_params,
-                                          (obs, deterministic, noise))
 
     def target_actor(self, obs):
         return torch.func.functional_call(self.model.target_actor, self.targets["target_actor"],
@@ -166,9 +160,6 @@ class MemberNets(NetsOn):
         online = critics is self.model.critics
         return self.model.q(critics, obs, action, self.critic_params if online
                             else self.targets["target_critics"])
-
-    def randn_like(self, like):
-        return next(self.draws)
 
     def alpha(self, log_alpha=None):
         # bonus 0: no entropy term (DDPG, TD3, sac_alpha 0), as OffPolicyModel.alpha
@@ -213,7 +204,7 @@ def build_members(algo):
         algo.noise.append(noise_generator(member.seed, env.device))
     device = env.device
     norms = torch.tensor([c.algo.max_grad_norm for c in settings], device=device)
-    algo.groups = []
+    algo.policies = []
     for index, (name, spec) in enumerate(env.policy_specs.items()):
         model = StackedOffPolicy([n[name] for n in nets]).to(env.device)
         model.generators = algo.noise
@@ -231,7 +222,7 @@ def build_members(algo):
                          env.device, prioritized=cfg.prioritized_replay,
                          alpha=cfg.priority_alpha, seed=m.seed * 1000 + index)
             for m in members.list])
-        algo.groups.append(OffPolicyGroup(name, spec, algo.agents[name], model, optimizers,
+        algo.policies.append(OffPolicyGroup(name, spec, algo.agents[name], model, optimizers,
                                           replay))
     algo.explorers = Actors(env, {name: MemberUniform(spec, device, algo.noise)
                                   for name, spec in env.policy_specs.items()})

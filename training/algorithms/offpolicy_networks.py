@@ -7,7 +7,7 @@ and Q on given parameters. `NetsOn`: a group's networks as a gradient step
 sees them (offpolicy.py), which the algorithms' hooks take in place of the
 group: the actor and critics on the step's parameters, the targets, alpha,
 the standard normal draws and the targets' soft update (a population member
-runs them on its slices of stacked weights: population_offpolicy.py).
+runs them on its slices of stacked weights: offpolicy_members.py).
 """
 from __future__ import annotations
 
@@ -102,21 +102,23 @@ class OffPolicyModel(nn.Module):
 class NetsOn:
     """A group's networks as a gradient step sees them, so the algorithms' hooks
     (`next_action`, `actor_loss`) take it in place of the group: the actor and critics on
-    the step's parameters, the targets and alpha on the model's own, random draws from
-    torch's generator. A population member's (population_offpolicy.MemberNets) runs the
-    same on its own slices and draws."""
+    the step's parameters, the targets and alpha on the model's own, and the step's
+    standard normal draws (`draws`, made before the step, taken in order). A population
+    member's (offpolicy_members.MemberNets) runs the same on its own slices and draws."""
 
-    def __init__(self, g, actor: dict, critics: dict, tau: float = 0.0):
+    def __init__(self, g, actor: dict, critics: dict, tau: float = 0.0, draws=()):
         self.model, self.spec, self.updates = g.model, g.spec, g.updates
         self.actor_params, self.critic_params, self.tau = actor, critics, tau
+        self.draws = iter(draws)  # shared with the copies `with_actor` makes
 
     def with_actor(self, params: dict) -> NetsOn:
         """The same networks, the actor on `params` (those its step differentiates)."""
-        return NetsOn(self, params, self.critic_params, self.tau)
+        return NetsOn(self, params, self.critic_params, self.tau, self.draws)
 
     def actor(self, obs, deterministic: bool = False):
+        noise = None if deterministic or not self.model.actor.stochastic else next(self.draws)
         return torch.func.functional_call(self.model.actor, self.actor_params,
-                                          (obs, deterministic))
+                                          (obs, deterministic, noise))
 
     def target_actor(self, obs):
         return self.model.target_actor(obs)
@@ -127,7 +129,7 @@ class NetsOn:
 
     def randn_like(self, like):
         """Standard normal draws shaped as `like` (TD3's target smoothing)."""
-        return torch.randn_like(like)
+        return next(self.draws)
 
     def alpha(self, log_alpha=None):
         return self.model.alpha(log_alpha)

@@ -31,7 +31,7 @@ from gpusim.errors import GpusimError
 
 from .. import losses
 from ..models import make_model
-from ..population import Members, finite_members, restore_member, stacked_state
+from ..population import Members
 from .base import Algorithm
 from .ppo_build import Policy, build
 from .ppo_config import CPU_COMPILE_MIN_STEPS, A2CConfig, PPOConfig, check_for_env
@@ -139,29 +139,18 @@ class PPO(Algorithm):
     # ---- the update -------------------------------------------------------------------
     def update(self, lr: float) -> dict:
         """Every policy's update: what minibatches are made of and their shuffles, drawn
-        first; then the update (its graph replayed, once captured); statistics read once."""
+        first; then the update (its graph replayed, once captured)."""
         members = self.members
-        before = None if members.solo else [stacked_state(self._tensors(p))
-                                            for p in self.policies]
-        # the members still learning (in a captured update every member runs, those at
+        # the members still learning (in a whole-update graph every member runs, those at
         # rate 0 standing still)
-        self.learning = None if self.update_graph.enabled else members.learning()
+        self.learning = None if self.whole_update else members.learning()
         for p in self.policies:
             p.adam.set_lr(members.rates(lr))
-            units, weights = self.units(p.buffer)
-            self._store_orders(p.name, units, weights)
-        if any(members.alive):
-            self.update_graph()
-        values = self.update_stats.tolist()  # one host read
-        if before is not None:
-            finite = finite_members([q for p in self.policies for q in p.model.parameters()],
-                                    members.count)
-            members.freeze_diverged(values, finite, lambda k: [
-                restore_member(self._tensors(p), saved, k)
-                for p, saved in zip(self.policies, before)])
-        return members.report([p.name for p in self.policies],
-                              [dict(zip(self.stats, v)) if members.solo
-                               else [dict(zip(self.stats, m)) for m in v] for v in values])
+            self._store_orders(p.name, *self.units(p.buffer))
+        if not any(members.alive):  # (the loop ends after this iteration)
+            self.update_stats.zero_()
+            return self.guarded(lambda: self.update_stats, learning=False)
+        return self.guarded(lambda: self.update_graph() or self.update_stats)
 
     def update_all(self):
         for k, p in enumerate(self.policies):
@@ -225,11 +214,12 @@ class PPO(Algorithm):
         return stats.new_zeros((self.members.count,) + stats.shape[1:]).index_copy_(
             0, learning, stats)
 
-    def loss(self, p: Policy, rows, adv, returns, weights, learning=None, forward=None):
+    def loss(self, p: Policy, rows, adv, returns, weights, forward=None):
         """(detached statistics, loss) of PPO's objective on buffer rows `rows` (a chunk of
-        a minibatch); `forward`: the training pass (default: the policy's own)."""
+        a minibatch; a population's: of its members still learning); `forward`: the
+        training pass (default: the policy's own)."""
         batch = self.gather(p.buffer, rows)
-        clip, ent, vf = self.coefs
+        clip, ent, vf, learning = *self.coefs, self.learning
         if not self.members.solo:  # each member's own coefficients, its rows leading
             clip, ent, vf = (c if learning is None else c[learning] for c in self.coefs)
             forward = forward or (lambda *x: p.model.training_pass(*x, members=learning))
@@ -243,13 +233,13 @@ class PPO(Algorithm):
         """The fields the loss reads of flat buffer rows `rows` (any shape: (sequences,
         steps) carry a recurrent policy's start states and restarts, (members, rows) lead
         with a population's members)."""
-        def flat(x):
-            return take(x.view((-1,) + x.shape[3:]), rows)
+        def flat(field):
+            return take(buf.flat(field), rows)
         critic_obs = None
         if buf.states is not None:  # a row's replica state: its (step, replica) row
             critic_obs = take(buf.states.view(-1, buf.states.shape[-1]), rows // buf.obs.shape[2])
-        inputs = (flat(buf.obs), flat(buf.actions),
-                  None if buf.masks is None else flat(buf.masks), critic_obs)
+        inputs = (flat("obs"), flat("actions"), None if buf.masks is None else flat("masks"),
+                  critic_obs)
         if self.bptt_len:
             per_step = buf.rewards.shape[1] * buf.rewards.shape[2]  # rows between steps
             first = rows[:, 0]  # the sequence's start: its recurrent state, stored per sequence
@@ -259,7 +249,7 @@ class PPO(Algorithm):
             if rows.shape[1] > 1:  # an episode that ended with step l-1 restarts the state at l
                 resets[:, 1:] = take(buf.dones.reshape(-1), rows[:, :-1])
             inputs = inputs + (start_state, resets)
-        return {"inputs": inputs, "log_probs": flat(buf.log_probs), "values": flat(buf.values)}
+        return {"inputs": inputs, "log_probs": flat("log_probs"), "values": flat("values")}
 
     # ---- what minibatches are made of ---------------------------------------------------
     def units(self, buf: PolicyBuffer) -> tuple:
@@ -334,8 +324,7 @@ class PPO(Algorithm):
         return {p.name: p.model for p in self.policies}
 
     @staticmethod
-    def _tensors(p: Policy) -> list:
-        """Every tensor of a policy's training state (a population's: members leading)."""
+    def tensors(p: Policy) -> list:
         return list(p.model.parameters()) + p.adam.exp_avg + p.adam.exp_avg_sq \
             + [p.adam.step_count]
 

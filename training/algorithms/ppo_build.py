@@ -114,12 +114,14 @@ def make_policies(ppo) -> list:
 def choose_speed(ppo):
     """Wrap PPO's methods in the speed this device allows (see the module)."""
     env, cfg, t = ppo.env, ppo.cfg, ppo.config.trainer
-    graphs, timer = ppo.use_graphs, ppo.timer
+    static, graphs, timer = ppo.static, ppo.use_graphs, ppo.timer
     fixed = env.agent_active_array is None or cfg.out_of_play == "weigh" or ppo.bptt_len
-    whole = graphs and fixed and not ppo.distributed  # (DDP all-reduces inside the update)
+    # the whole update one graph where its shapes are fixed (DDP all-reduces inside it)
+    ppo.whole_update = static and fixed and not ppo.distributed
     ppo.rollout_graph = StepGraph(ppo.rollout, "the rollout", graphs, timer)
-    ppo.update_graph = StepGraph(ppo.update_all, "the update", whole, timer)
-    parts = graphs and not whole and not ppo.distributed
+    ppo.update_graph = StepGraph(ppo.update_all, "the update", graphs and ppo.whole_update,
+                                 timer)
+    parts = static and not ppo.whole_update and not ppo.distributed  # else its parts
     chunk = max(1, cfg.max_minibatch_rows // max(1, ppo.bptt_len))  # units per chunk
     fused = ppo.use_compile and not ppo.distributed and not ppo.bptt_len
     for p in ppo.policies:
@@ -127,15 +129,16 @@ def choose_speed(ppo):
         p.value = MaybeCompiled(p.model.value, f"{what} (value)", ppo.compile_acting)
         p.forward = MaybeCompiled(p.train_model, f"{what} (update)", ppo.use_compile and not fused)
         p.gae = StepGraph(lambda r, v, d, n: losses.gae(r, v, d, n, t.gamma, ppo.lam),
-                          f"{what}'s GAE", parts, timer)
-        obs = p.buffer.obs.view(-1, p.buffer.obs.shape[-1])
-        p.value_rows = FixedChunks(lambda rows, p=p, obs=obs: ppo.critic(p, take(obs, rows), None),
-                                   cfg.max_minibatch_rows, f"{what}'s value chunk", parts, timer)
+                          f"{what}'s GAE", graphs and parts, timer)
+        p.value_rows = FixedChunks(
+            lambda rows, p=p: ppo.critic(p, take(p.buffer.flat("obs"), rows), None),
+            cfg.max_minibatch_rows, f"{what}'s value chunk", parts, graphs, timer)
         chunked = MinibatchStep(lambda *batch, p=p: ppo.loss(p, *batch), p.adam, chunk,
                                 unit_dim=0 if ppo.members.solo else 1,
                                 no_sync=p.train_model.no_sync if ppo.distributed else None,
-                                graphs=parts, what=f"{what}'s minibatch", timer=timer)
-        p.step = chunked if not fused else compiled_first(compiled_step(ppo, p), chunked, chunk)
+                                pad=parts, graphs=graphs and parts,
+                                what=f"{what}'s minibatch", timer=timer)
+        p.step = chunked if not fused else CompiledFirst(compiled_step(ppo, p), chunked, chunk)
         if p.forward.active:
             probe(ppo, p)
 
@@ -154,16 +157,21 @@ def compiled_step(ppo, p: Policy) -> CompiledDescent:
                            dynamic=ppo.env.agent_active_array is not None)  # rows vary
 
 
-def compiled_first(compiled, chunked: MinibatchStep, chunk: int):
-    """A minibatch step compiled where it is one chunk and compiling worked, else chunked."""
-    def step(rows, adv, returns, weights, total, members=None):
-        if rows.shape[0] <= chunk:
-            out = compiled(rows, adv, returns, weights)
+class CompiledFirst:
+    """A minibatch step compiled whole where it is one chunk and compiling worked, else
+    the chunked eager step."""
+
+    def __init__(self, compiled: CompiledDescent, chunked: MinibatchStep, chunk: int):
+        self.compiled, self.chunked, self.chunk = compiled, chunked, chunk
+        self.chunk_step, self.optimizer_step = chunked.chunk_step, chunked.optimizer_step
+        self.pad = chunked.pad
+
+    def __call__(self, rows, adv, returns, weights, total, members=None):
+        if rows.shape[0] <= self.chunk:
+            out = self.compiled(rows, adv, returns, weights)
             if out is not None:
                 return out
-        return chunked(rows, adv, returns, weights, total, members)
-    step.chunk_step, step.optimizer_step = chunked.chunk_step, chunked.optimizer_step
-    return step
+        return self.chunked(rows, adv, returns, weights, total, members)
 
 
 def probe(ppo, p: Policy):

@@ -50,6 +50,11 @@ class PolicyBuffer:
         self.memory = torch.zeros((rollout_len // bptt_len, num_envs, spec.num_agents,
                                    memory_size), device=device) if memory_size else None
 
+    def flat(self, field: str) -> torch.Tensor:
+        """A (step, replica, agent, ...) field as flat rows (step, replica, agent)."""
+        x = getattr(self, field)
+        return x.view((-1,) + x.shape[3:])
+
 
 class TruncationBootstrap:
     """Adds gamma * V(final state) to the reward of truncated replicas, without a host sync.

@@ -52,6 +52,7 @@ class KernelSpec:
     sections: tuple
     cuda_c: str | None = None
     cuda_c_dir: str | None = None
+    no_cuda_c: str | None = None  # why it has no CUDA C kernel, where that depends on config
 
     @classmethod
     def of(cls, name, *parts, cuda_c: str | None = None, cuda_c_dir: str | None = None):

@@ -132,6 +132,8 @@ def test_spaces_are_the_envs(runs):
     (lambda p: p["agent"].act(np.float32(1)), "obs must have shape (..., 4), got ()"),
     (lambda p: p["agent"].act(["a", "b", "c", "d"]), "obs must be an array of numbers"),
     (lambda p: p["agent"].act(np.zeros(4, bool)), "obs must hold real numbers"),
+    (lambda p: p["agent"].act(np.array([[0, 0, 0, 0], [0, np.nan, 0, 0]])),
+     "obs[1, 1] is nan: it acts on finite observations only"),
     (lambda p: p["agent"].act(np.zeros(4), state=np.zeros(8)), "has no recurrent state"),
     (lambda p: p["agent"].act(np.zeros((2, 4)), mask=np.ones((2, 3), bool)),
      "mask must have shape (2, 2)"),

@@ -12,14 +12,13 @@ import pytest
 import torch
 
 from conftest import make_tag, random_actions, random_tag_state
-from gpusim.backends.cpu import CPUBackend
 from gpusim.check import check_env
 from gpusim.config import from_dict
 from gpusim.envs import env_class
 from gpusim.envs.tag_continuous import reference as ref
 from gpusim.envs.tag_continuous.config import TagContinuousConfig
 from gpusim.envs.tag_continuous.env import move, move_continuous
-from gpusim.errors import ArrayError, ConfigError
+from gpusim.errors import ArrayError, BackendError, ConfigError
 from test_tag_vs_reference import run_against_reference
 
 TWO_AGENTS = dict(num_taggers=1, num_runners=1, num_other_agents_observed=1,
@@ -116,23 +115,24 @@ def test_box_space_arrays_and_kernel():
         env.step(torch.zeros((2, env.num_agents, 2), dtype=torch.int32))
 
 
-class PretendCudaC(CPUBackend):
-    """The cpu backend under the cuda_c backend's name: the refusal needs no GPU."""
-    name = "cuda_c"
-
-
 def test_cuda_c_backend_refuses_continuous_actions():
-    with pytest.raises(ConfigError) as err:
-        make_tag(num_envs=1, backend=PretendCudaC(), continuous_actions=True, **TWO_AGENTS)
+    """The continuous step has no CUDA C kernel: the cuda_c backend's lookup says why (the
+    env itself never asks which backend runs it)."""
+    from gpusim.backends.cuda_c_sources import split_cuda_c
+    env = make_tag(num_envs=1, backend="cpu", continuous_actions=True, **TWO_AGENTS)
+    with pytest.raises(BackendError) as err:
+        split_cuda_c(env.step_kernel_spec())
     message = str(err.value)
-    assert "'continuous_actions'" in message and "cuda_c" in message and "\n" not in message
-    make_tag(num_envs=1, backend=PretendCudaC(), **TWO_AGENTS)  # discrete mode: fine
+    assert "'continuous_actions' is true" in message and "use backend numba or cpu" in message
+    assert "\n" not in message
+    discrete = make_tag(num_envs=1, backend="cpu", **TWO_AGENTS)
+    assert split_cuda_c(discrete.step_kernel_spec())[0] == "tag_continuous.cu"
 
 
 @pytest.mark.gpu
 def test_real_cuda_c_backend_refuses_continuous_actions():
     pytest.importorskip("gpusim.backends.cuda_c_backend")
-    with pytest.raises(ConfigError, match="'continuous_actions' is not supported by the cuda_c"):
+    with pytest.raises(BackendError, match="'continuous_actions' is true"):
         make_tag(num_envs=1, backend="cuda_c", continuous_actions=True, **TWO_AGENTS)
 
 
@@ -178,7 +178,10 @@ def test_trainer_runs_in_continuous_mode():
     assert [g.name for g in trainer.algorithm.policies] == ["tagger", "runner"]
     assert all(g.continuous for g in trainer.algorithm.policies)
     trainer.algorithm.collect(0)
+    before = [[q.clone() for q in p.model.parameters()] for p in trainer.algorithm.policies]
     stats = trainer.algorithm.update(1e-3)
     metrics = trainer.metrics(stats, 1.0, 1e-3)
     for name in ("tagger", "runner"):
-        assert math.isfinite(metrics[f"value_loss/{name}"]) and metrics[f"value_loss/{name}"] >= 0
+        assert math.isfinite(metrics[f"value_loss/{name}"]) and metrics[f"value_loss/{name}"] > 0
+    for saved, p in zip(before, trainer.algorithm.policies):  # each Gaussian policy stepped
+        assert all(not torch.equal(a, b) for a, b in zip(saved, p.model.parameters()))

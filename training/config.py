@@ -49,8 +49,10 @@ class TrainerConfig:
     compile: str = "auto"          # the fused, compiled learner step: on | off | auto (on CUDA
                                    # GPUs; on the CPU, off-policy runs of 5,000+ gradient steps
                                    # and feed-forward PPO runs of 20,000+ minibatch steps)
-    cuda_graphs: str = "auto"      # auto (on CUDA devices) | on | off: PPO/A2C's rollout and
-                                   # update each recorded once as a CUDA graph and replayed
+    cuda_graphs: str = "auto"      # auto (on CUDA devices) | on | off: the rollout and the
+                                   # update (or their fixed-size parts) recorded once as CUDA
+                                   # graphs and replayed; off-policy steps where their sample
+                                   # is static
     checkpoint_every: int = 10     # iterations between checkpoints
     final_eval_episodes: int = 0   # after training: episodes per pairing of trained and random
                                    # policies (python -m gpusim.evaluate); 0: none
@@ -173,14 +175,18 @@ def config_reference() -> str:
     classes = [("trainer", TrainerConfig)]
     classes += [(f"trainer, --algorithm {name}", algorithm_config_class(name))
                 for name in algorithm_names()]
-    classes += [("policy", PolicyConfig), ("scale", ScaleConfig)]
+    classes += [("policy", PolicyConfig), ("scale", ScaleConfig),
+                ("scale, advanced: the search's own constants, rarely changed", ScaleConfig)]
     classes += [(f"env ({name})", env_class(name).config_class) for name in env_names()]
     lines = ["config keys (--set section.key=value, or a YAML file with these sections);",
              "each with its default:"]
     for section, cls in classes:
         lines.append(f"  {section}:")
         defaults = to_dict(cls())
+        advanced = getattr(cls, "ADVANCED", ())
         for key, text in field_help(cls).items():
+            if (key in advanced) != section.startswith("scale, advanced"):
+                continue
             lines.append(f"    {key} = {defaults[key]!r}" + (f"  ({text})" if text else ""))
     return "\n".join(lines)
 

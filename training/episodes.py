@@ -17,6 +17,7 @@ class EpisodeTracker:
         population's, whose replicas lie side by side (member k's the k-th share)."""
         self.agents = agents
         self.members = members
+        self.counted = {}  # policy name -> the replicas whose episodes count as its returns
         self.running = torch.zeros((env.num_envs, env.num_agents), device=env.device)
         self.dones = torch.zeros((rollout_len, env.num_envs), dtype=torch.bool, device=env.device)
         self.returns = torch.zeros((rollout_len, len(agents), env.num_envs), device=env.device)
@@ -41,7 +42,9 @@ class EpisodeTracker:
         dones = self.dones.cpu()
         returns = self.returns.cpu()
         if self.members == 1:
-            return {name: returns[:, k][dones].tolist() for k, name in enumerate(self.agents)}
+            counted = {name: mask.cpu() for name, mask in self.counted.items()}
+            return {name: returns[:, k][dones & counted[name] if name in counted else dones]
+                    .tolist() for k, name in enumerate(self.agents)}
         share = dones.shape[1] // self.members
         return {f"{name}/m{m}": returns[:, k, m * share:(m + 1) * share][
                     dones[:, m * share:(m + 1) * share]].tolist()

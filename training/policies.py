@@ -121,6 +121,10 @@ class Policy:
             raise GpusimError(f"policy {self.name!r} observes {self.spec.obs_dim} entries: obs "
                               f"must have shape (..., {self.spec.obs_dim}), got "
                               f"{tuple(obs.shape)}")
+        if not bool(torch.isfinite(obs).all()):  # a NaN acts as some arbitrary action
+            where = tuple(int(i) for i in (~torch.isfinite(obs)).nonzero()[0])
+            raise GpusimError(f"policy {self.name!r}: obs{list(where)} is "
+                              f"{float(obs[where])}: it acts on finite observations only")
         lead = tuple(obs.shape[:-1])
         state = self._checked_state(state, lead)
         mask = self._checked_mask(mask, lead)

@@ -20,7 +20,7 @@ import torch
 
 from gpusim import rng
 from gpusim.arrays import ArraySpec
-from gpusim.errors import ArrayError, ConfigError
+from gpusim.errors import ArrayError
 from gpusim.env import Env
 from gpusim.kernels import KernelSpec, agent_phase, env_phase
 from gpusim.spaces import Box, per_role_names
@@ -327,10 +327,6 @@ class TagContinuous(Env):
         spec = super().step_kernel_spec()
         if not self.config.continuous_actions:
             return spec
-        if self.backend.name == "cuda_c":
-            raise ConfigError("config key 'continuous_actions' is not supported by the cuda_c "
-                              "backend (tag_continuous.cu takes discrete actions); "
-                              "use backend numba or cpu")
         swapped = 0
         sections = []
         for section in spec.sections:
@@ -342,7 +338,9 @@ class TagContinuous(Env):
                 phases.append(phase)
             sections.append(dataclasses.replace(section, phases=tuple(phases)))
         assert swapped == 1, "the step kernel must hold the move phase exactly once"
-        return dataclasses.replace(spec, sections=tuple(sections), cuda_c=None, cuda_c_dir=None)
+        return dataclasses.replace(spec, sections=tuple(sections), cuda_c=None, cuda_c_dir=None,
+                                   no_cuda_c="config key 'continuous_actions' is true, and "
+                                             "tag_continuous.cu takes discrete actions")
 
     render_arrays = ("loc_x", "loc_y", "direction", "still_in_game", "agent_type")
 

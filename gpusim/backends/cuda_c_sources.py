@@ -70,7 +70,8 @@ def split_cuda_c(spec) -> tuple[str, str]:
     """("file.cu", "function") of a spec's CUDA C kernel; a clear error when it has none."""
     if spec.cuda_c is None:
         env = spec.name.split(".")[0]
-        raise BackendError(f"env {env} has no CUDA C kernel (for kernel '{spec.name}'); "
+        why = f": {spec.no_cuda_c}" if spec.no_cuda_c else ""
+        raise BackendError(f"env {env} has no CUDA C kernel (for kernel '{spec.name}'){why}; "
                            "use backend numba or cpu")
     file, sep, function = spec.cuda_c.partition(":")
     if not sep or not file.endswith(".cu") or not function.isidentifier():

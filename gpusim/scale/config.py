@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from gpusim.config import require
 from gpusim.errors import ConfigError, GpusimError
@@ -41,6 +42,9 @@ class ScaleConfig:
     timeout_s: float = 600.0         # how long ranks wait for each other (compiles, rendezvous)
     collective_timeout_s: float = 300.0  # how long a collective (all-reduce, DDP) waits for
                                          # every rank; a rank that never arrives ends the run
+    ADVANCED: ClassVar[tuple] = (  # the search's own constants, apart in --help and the docs
+        "saturation", "growth", "cpu_memory_fraction", "headroom", "env_share",
+        "env_trial_steps")
 
     def check(self):
         require(self.objective in OBJECTIVES, "scale.objective", f"must be one of {OBJECTIVES}")

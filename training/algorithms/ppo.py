@@ -1,25 +1,21 @@
 """PPO, and A2C (its one-step special case), on device-resident rollouts.
 
-Read top to bottom: the rollout (`rollout`: `rollout_len` steps of every replica under
-no_grad, actions drawn on the device, no host sync per step); the update (per policy:
-the rollout's values, GAE, then epochs of shuffled minibatches); one minibatch step
-(advantages normalised over the minibatch, then a clipped Adam step on the clipped
-surrogate, value loss and entropy bonus of losses.py); what minibatches are made of;
-checkpoints. The config is ppo_config.py; what a run is made of, and how fast it runs,
-ppo_build.py, which wraps the speed around these same methods once, when PPO is
-built (CUDA graphs, chunks, torch.compile): nothing here asks how it is run.
+Read top to bottom: the rollout (`rollout_len` steps of every replica under no_grad,
+actions drawn on the device, no host sync per step); the update (what minibatches are
+made of and their shuffles, drawn first; per policy the rollout's values, GAE, then
+epochs of shuffled minibatches); one minibatch step (advantages normalised over the
+minibatch; the clipped surrogate, value loss and entropy bonus of losses.py; a clipped
+Adam step); checkpoints. Its config is ppo_config.py. How fast it runs is chosen once,
+when it is built (ppo_build.py: CUDA graphs, chunks, torch.compile), and wrapped around
+these same methods: nothing here asks how it is run.
 
-Each policy has its own model, Adam and buffer, sized by its own spaces; its model
-runs on all of its agents in every replica in one call. The critic sees the agent's
-own observation (IPPO) or the replica's global state (`policy.critic: central`, MAPPO).
-With per-agent done, an agent's steps after it finished are neither bootstrapped
-across nor trained on. Truncation is not failure: gamma * V(final state) is added to a
-truncated replica's reward (rollout.TruncationBootstrap).
-
-A population (`trainer.population`) runs the same methods over a member dim: its
-networks stacked (training.stacked), each member's rows, shuffles and settings its
-own (training.population.Members), its losses reduced per member, one Adam with a
-member dim. A solo run is a population of one.
+Each policy has its own model, Adam and buffer; its model runs on all of its agents in
+every replica in one call. The critic sees the agent's own observation (IPPO) or the
+replica's global state (`policy.critic: central`, MAPPO). With per-agent done, an
+agent's steps after it finished are neither bootstrapped across nor trained on; a
+truncated replica's reward gets gamma * V(final state) (rollout.TruncationBootstrap). A
+population runs the same methods over a member dim (training.population: a solo run
+is a population of one); a league (training.league), against pools of past selves.
 """
 from __future__ import annotations
 
@@ -30,15 +26,12 @@ import torch
 from gpusim.errors import GpusimError
 
 from .. import losses
+from ..losses import take
 from ..models import make_model
 from ..population import Members
 from .base import Algorithm
 from .ppo_build import Policy, build
 from .ppo_config import CPU_COMPILE_MIN_STEPS, A2CConfig, PPOConfig, check_for_env
-from .rollout import PolicyBuffer, take
-
-__all__ = ["PPO", "A2C", "PPOConfig", "A2CConfig"]
-
 
 class PPO(Algorithm):
     Config = PPOConfig
@@ -121,6 +114,7 @@ class PPO(Algorithm):
         if self.bootstrap.due(t):
             self.bootstrap.flush(self.values, self.policies)
         self.actors.episode_ended(done, still)
+        self.league.episode_ended(t, done)
         self.episodes.record(t, reward, done, active)
 
     def values(self, p: Policy, obs, state, memory=None):
@@ -144,13 +138,16 @@ class PPO(Algorithm):
         # the members still learning (in a whole-update graph every member runs, those at
         # rate 0 standing still)
         self.learning = None if self.whole_update else members.learning()
+        self.league.record(self.episodes)  # (the rollout's league games)
         for p in self.policies:
             p.adam.set_lr(members.rates(lr))
-            self._store_orders(p.name, *self.units(p.buffer))
+            self._store_orders(p.name, *self.units(p))
         if not any(members.alive):  # (the loop ends after this iteration)
             self.update_stats.zero_()
             return self.guarded(lambda: self.update_stats, learning=False)
-        return self.guarded(lambda: self.update_graph() or self.update_stats)
+        stats = self.guarded(lambda: self.update_graph() or self.update_stats)
+        self.league.after_update(self.policies)
+        return stats
 
     def update_all(self):
         for k, p in enumerate(self.policies):
@@ -229,12 +226,13 @@ class PPO(Algorithm):
                                     weights, clip, self.cfg.clip_vloss, ent, vf,
                                     dim=None if self.members.solo else -1)
 
-    def gather(self, buf: PolicyBuffer, rows) -> dict:
+    def gather(self, buf, rows) -> dict:
         """The fields the loss reads of flat buffer rows `rows` (any shape: (sequences,
         steps) carry a recurrent policy's start states and restarts, (members, rows) lead
         with a population's members)."""
         def flat(field):
-            return take(buf.flat(field), rows)
+            x = getattr(buf, field)
+            return take(x.view((-1,) + x.shape[3:]), rows)
         critic_obs = None
         if buf.states is not None:  # a row's replica state: its (step, replica) row
             critic_obs = take(buf.states.view(-1, buf.states.shape[-1]), rows // buf.obs.shape[2])
@@ -252,34 +250,33 @@ class PPO(Algorithm):
         return {"inputs": inputs, "log_probs": flat("log_probs"), "values": flat("values")}
 
     # ---- what minibatches are made of ---------------------------------------------------
-    def units(self, buf: PolicyBuffer) -> tuple:
-        """What minibatches are made of, per member: its flat rows (units, 1), in the order
-        of its solo run's own (step, replica, agent) rows, or a recurrent policy's agent
-        sequences (units, bptt_len); and every row's weight (None: every row counts).
-
-        With per-agent done, rows out of play weigh 0 (`out_of_play: weigh`, and in
-        sequences), or are left out (`skip`: one host read per update), except for a member
-        with fewer rows in play than minibatches."""
+    def units(self, p: Policy) -> tuple:
+        """What minibatches are made of, per member: the flat rows (units, 1) it trains on
+        (a league's: of the replicas where the policy learns), in the order of its solo
+        run's (step, replica, agent) rows, or a recurrent policy's agent sequences (units,
+        bptt_len); and every row's weight (None: every row counts). With per-agent done,
+        rows out of play weigh 0 (`out_of_play: weigh`, and in sequences), or are left
+        out (`skip`: the update's host reads), except for a member with fewer rows in play
+        than minibatches."""
+        buf = p.buffer
         steps, envs, agents = buf.rewards.shape
         device = buf.rewards.device
-        if self.bptt_len:  # (solo: a population of recurrent policies is refused)
+        active = None if self.env.agent_active_array is None else buf.active.reshape(-1)
+        if self.bptt_len:  # (solo: a population or league of recurrent policies is refused)
             per_step, length = envs * agents, self.bptt_len
             seq = torch.arange((steps // length) * per_step, device=device)
             starts = (seq // per_step) * length * per_step + seq % per_step
             units = starts[:, None] + torch.arange(length, device=device) * per_step
-            active = None if self.env.agent_active_array is None else buf.active.reshape(-1)
             return [units], None if active is None else active.float()
-        count = self.members.count
-        share = envs // count
-        local = torch.arange(steps * share * agents, device=device)
-        step, rest = local // (share * agents), local % (share * agents)
-        own = [step * envs * agents + k * share * agents + rest for k in range(count)]
-        if self.env.agent_active_array is None:
-            return [rows[:, None] for rows in own], None
-        active = buf.active.reshape(-1)
-        if self.cfg.out_of_play == "weigh":
-            return [rows[:, None] for rows in own], active.float()
-        in_play = [rows[active[rows]] for rows in own]  # the update's host reads
+        league, share = self.league.trains_on(p.name), envs // self.members.count
+        replicas = [torch.arange(k * share, (k + 1) * share, device=device)
+                    for k in range(self.members.count)] if league is None \
+            else [torch.tensor(league, device=device)]
+        own = [((torch.arange(steps, device=device)[:, None, None] * envs + r[:, None])
+                * agents + torch.arange(agents, device=device)).reshape(-1) for r in replicas]
+        if active is None or self.cfg.out_of_play == "weigh":
+            return [rows[:, None] for rows in own], None if active is None else active.float()
+        in_play = [rows[active[rows]] for rows in own]
         units = [(kept if kept.shape[0] >= self.cfg.num_minibatches else rows)[:, None]
                  for kept, rows in zip(in_play, own)]
         compacted = all(u.shape[0] == k.shape[0] for u, k in zip(units, in_play))
@@ -313,9 +310,8 @@ class PPO(Algorithm):
 
     def compiling_pays_on_cpu(self) -> bool:
         """A run of at least CPU_COMPILE_MIN_STEPS minibatch steps, where they fuse."""
-        t = self.config.trainer
-        steps = t.num_iterations(self.world_size) * self.cfg.update_epochs \
-            * self.cfg.num_minibatches
+        t, cfg = self.config.trainer, self.cfg
+        steps = t.num_iterations(self.world_size) * cfg.update_epochs * cfg.num_minibatches
         fuse = not self.distributed and self.config.policy.recurrent == "none"
         return fuse and steps >= CPU_COMPILE_MIN_STEPS
 
@@ -332,12 +328,13 @@ class PPO(Algorithm):
         return {"models": {p.name: p.model.state_dict() for p in self.policies},
                 "optimizers": {p.name: p.adam.state_dict() for p in self.policies},
                 "shuffle_rngs": [g.get_state() for g in self.shuffles],
-                **self.members.state_dict()}
+                "league": self.league.state_dict(), **self.members.state_dict()}
 
     def load_state_dict(self, state: dict):
         self.check_policies(state, "models", "optimizers")
         if not self.members.solo or "alive" in state:
             self.members.load_state_dict(state)
+        self.league.load_state_dict(state.get("league") or {})
         for p in self.policies:
             p.model.load_state_dict(state["models"][p.name])
             p.adam.load_state_dict(state["optimizers"][p.name])
@@ -347,6 +344,12 @@ class PPO(Algorithm):
         for graph in (self.rollout_graph, self.update_graph,
                       *(graph for p in self.policies for graph in p.graphs())):
             graph.drop()  # capture again, after the loaded state
+
+    def rank_state_dict(self) -> dict:
+        return {"league": self.league.rank_state_dict()}
+
+    def load_rank_state_dict(self, state: dict):
+        self.league.load_rank_state_dict(state.get("league") or {})
 
     @classmethod
     def acting_model(cls, config, env, spec):

@@ -18,14 +18,16 @@ from dataclasses import dataclass
 import torch
 
 from .. import losses
+from ..losses import take
 from ..acceleration import MaybeCompiled
 from ..actors import Actors
 from ..descent import Adam, CompiledDescent, MinibatchStep
 from ..graphs import FixedChunks, StepGraph
+from ..league import League, NoLeague
 from ..models import make_model
 from ..population import noise_generator
 from ..stacked import StackedPolicy
-from .rollout import PolicyBuffer, TruncationBootstrap, buffer_bytes, take
+from .rollout import PolicyBuffer, TruncationBootstrap, buffer_bytes
 
 
 @dataclass
@@ -69,8 +71,13 @@ def build(ppo):
             for spec in env.policy_specs.values()))
     ppo.check_models_fit(networks=2 * members.count)  # an actor and a critic each
     ppo.policies = make_policies(ppo)
-    ppo.actors = Actors(env, {p.name: p.model for p in ppo.policies},
+    ppo.league = League(ppo) if ppo.cfg.league else NoLeague()
+    ppo.actors = Actors(env, {p.name: ppo.league.acting(p.name, p.model) for p in ppo.policies},
                         wrap=lambda fn, what: MaybeCompiled(fn, what, ppo.compile_acting))
+    for p in ppo.policies:
+        counted = ppo.league.counted(p.name, env.num_envs, env.device)
+        if counted is not None:
+            ppo.episodes.counted[p.name] = counted
     ppo.bootstrap = TruncationBootstrap(env, t.rollout_len, t.gamma, ppo.central,
                                         ppo.actors.memory)
     ppo.shuffles = members.shuffles()

@@ -1,7 +1,7 @@
 """PPO's and A2C's own `trainer` keys (ppo.py), with their defaults and checks."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import ClassVar
 
 from gpusim.config import require
@@ -14,6 +14,8 @@ from gpusim.errors import ConfigError, GpusimError
 # (docs/benchmarks.md, "compile: auto for PPO").
 CPU_COMPILE_MIN_STEPS = 20_000
 OUT_OF_PLAY = ("skip", "weigh")
+EVICTIONS = ("oldest", "lowest")
+OPPONENTS = ("uniform", "latest", "pfsp")
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,18 @@ class PPOConfig:
                                    # on a CUDA device the update's fixed-size parts are
                                    # graphs) or trained with weight 0 (weigh: on a CUDA
                                    # device the whole update one graph)
+    league: bool = False           # self-play against pools of each policy's past selves (envs
+                                   # with two or more policies: training.league)
+    league_snapshot_every: int = 10  # league: updates between snapshots into each pool
+    league_capacity: int = 8       # league: snapshots each policy's pool holds
+    league_eviction: str = "oldest"  # league: what a full pool drops: oldest | lowest (the
+                                     # snapshot the learners beat most often)
+    league_opponents: str = "pfsp"  # league: how a frozen replica's opponent is drawn as its
+                                    # episode starts: uniform | latest (the newest most) |
+                                    # pfsp (the ones the learners beat least, most)
+    league_learner_share: float = 0.5  # league: the replicas where every policy learns; the
+                                       # rest split evenly among matchups where one policy
+                                       # learns against the others' snapshots
     # every policy key applies (training.config.check_policy_keys)
     policy_keys: ClassVar[frozenset] = frozenset(
         ("hidden_sizes", "activation", "state_dependent_std", "log_std_init", "recurrent",
@@ -49,6 +63,23 @@ class PPOConfig:
                 + (" (auto, which meant skip, is gone)" if self.out_of_play == "auto" else ""))
         for key in ("vf_coef", "ent_coef", "max_grad_norm"):
             require(getattr(self, key) >= 0, f"trainer.{key}", "must be >= 0")
+        self.check_league()
+
+    def check_league(self):
+        for key in ("league_snapshot_every", "league_capacity"):
+            require(getattr(self, key) >= 1, f"trainer.{key}", "must be at least 1")
+        require(self.league_eviction in EVICTIONS, "trainer.league_eviction",
+                f"must be one of {EVICTIONS}")
+        require(self.league_opponents in OPPONENTS, "trainer.league_opponents",
+                f"must be one of {OPPONENTS}")
+        require(0 <= self.league_learner_share < 1, "trainer.league_learner_share",
+                "must lie in [0, 1)")
+        if not self.league:  # a league key given without a league: it would do nothing
+            for field in fields(self):
+                if field.name.startswith("league_") and \
+                        getattr(self, field.name) != field.default:
+                    raise ConfigError(f"config key 'trainer.{field.name}' applies with "
+                                      "trainer.league: true")
 
     def check_run(self, trainer):
         require(self.num_minibatches <= trainer.num_envs * trainer.rollout_len,
@@ -92,6 +123,17 @@ def check_for_env(config, env, population: bool):
             if getattr(policy, key) != getattr(type(policy)(), key):
                 raise GpusimError(f"config key 'policy.{key}' applies to continuous "
                                   f"actions, and every policy of {env.name} acts discretely")
+    if env.agent_active_array is None and config.algo.out_of_play != "skip":
+        raise GpusimError(f"config key 'trainer.out_of_play' applies to envs with per-agent "
+                          f"done, and {env.name} has none (every agent plays to the end)")
+    if config.algo.league:
+        if len(env.policy_specs) < 2:
+            raise GpusimError(f"config key 'trainer.league' pits policies against each "
+                              f"other's past selves; {env.name} has one policy")
+        if policy.recurrent != "none" or population:
+            raise GpusimError("config key 'trainer.league' with " + (
+                "policy.recurrent" if policy.recurrent != "none" else "trainer.population")
+                + ": not supported yet (run it without)")
     if not population:
         return
     if policy.recurrent != "none":

@@ -1,0 +1,329 @@
+"""Self-play against opponent pools, on the device (`trainer.league`, PPO and A2C).
+
+Each policy keeps a pool of its past selves: every `league_snapshot_every`
+updates its acting network is copied, in place, into one slot of a fixed
+number (`league_capacity`), stacked as a population's members are
+(training.stacked); a full pool evicts its oldest snapshot, or its weakest
+(`league_eviction: lowest`, the one the learners beat most often). The pools
+start with each policy's initial network.
+
+The replicas are split, once, among matchups (`Matchups`): a share
+(`league_learner_share`) where every policy is the learner, as in plain
+training, and for each policy an equal part of the rest where it learns
+against snapshots of the others. In a replica where a policy is frozen, its
+agents act as one snapshot, drawn when the replica's episode starts
+(`league_opponents`: uniform, the latest more often, or prioritized fictitious
+self-play: `pfsp`, the snapshots the learners beat least more often). A policy
+trains only on the rows of replicas where it learns.
+
+What runs per step is static: the snapshots of every frozen replica run as one
+batched product, each replica on its opponent's stacked weights (gathered by
+an index tensor changed where episodes end); the draws, the pool's fill and its
+win rates are device tensors. So a rollout stays one CUDA graph and reads
+nothing on the host. A win, for the learner of a replica, is an episode whose
+return beats that learner's running mean return in its league games: a scale-free
+outcome every env has.
+"""
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from gpusim.errors import GpusimError
+
+from .stacked import StackedPolicy
+
+DECAY = 0.98  # per update: how fast a snapshot's win statistics forget older games
+
+
+def spread(ids: list, device):
+    """Replica ids as a slice where they are contiguous (views, no copies), else a tensor."""
+    if ids == list(range(ids[0], ids[0] + len(ids))):
+        return slice(ids[0], ids[0] + len(ids))
+    return torch.tensor(ids, device=device)
+
+
+class Matchups:
+    """Which replicas each policy learns in. Groups in this order: the first policy's
+    own (it learns, the others are snapshots), every policy learning, then each other
+    policy's own; so with two policies each one's learner and frozen replicas are
+    contiguous."""
+
+    def __init__(self, names: list, num_envs: int, learner_share: float, device):
+        solo_groups = len(names)
+        together = round(num_envs * learner_share)
+        rest = num_envs - together
+        if rest < solo_groups or (learner_share > 0 and together == 0):
+            raise GpusimError(f"trainer.league splits {num_envs} replicas among {solo_groups} "
+                              "matchups of one learner and one where all learn: give "
+                              "trainer.num_envs at least "
+                              f"{solo_groups + (learner_share > 0)}")
+        sizes = [rest // solo_groups + (k < rest % solo_groups) for k in range(solo_groups)]
+        order = [("one", names[0]), ("all", None)] + [("one", n) for n in names[1:]]
+        self.group = torch.empty(num_envs, dtype=torch.long)  # the learning policy, -1: all
+        start = 0
+        self.learners, self.frozen = {n: [] for n in names}, {n: [] for n in names}
+        for kind, name in order:
+            size = together if kind == "all" else sizes[names.index(name)]
+            ids = list(range(start, start + size))
+            self.group[start:start + size] = -1 if kind == "all" else names.index(name)
+            for other in names:
+                (self.learners if kind == "all" or other == name else self.frozen)[other] += ids
+            start += size
+        self.group = self.group.to(device)
+        self.names = names
+
+    def learner_ids(self, name: str) -> list:
+        return self.learners[name]
+
+    def frozen_ids(self, name: str) -> list:
+        return self.frozen[name]
+
+
+class Pool:
+    """One policy's snapshots: `capacity` copies of its network, stacked, frozen."""
+
+    def __init__(self, model, capacity: int, device):
+        self.nets = StackedPolicy([copy.deepcopy(model) for _ in range(capacity)]).to(device)
+        self.nets.requires_grad_(False)
+        self.capacity = capacity
+        self.filled = torch.zeros(capacity, dtype=torch.bool, device=device)
+        self.born = [-1] * capacity  # the update each slot was taken at (-1: empty)
+        self.recency = torch.zeros(capacity, device=device)  # 1 + its rank by age: newest most
+        self.games = torch.zeros(capacity, device=device)  # decayed counts of league games
+        self.wins = torch.zeros(capacity, device=device)   # ... the learners won against it
+
+    def add(self, model, update: int, eviction: str) -> int:
+        """Copy `model` into a free slot, else into the one `eviction` names."""
+        if -1 in self.born:
+            slot = self.born.index(-1)
+        elif eviction == "lowest":  # the weakest: the learners' best win rate against it
+            slot = int(torch.argmax(self.win_rate()))  # one host read per snapshot
+        else:
+            slot = min(range(self.capacity), key=lambda k: self.born[k])
+        params, buffers = self.nets.stacked()
+        own = dict(model.named_parameters()) | dict(model.named_buffers())
+        with torch.no_grad():
+            for name, stacked in {**params, **buffers}.items():
+                stacked[slot].copy_(own[name])
+        self.filled[slot] = True
+        self.born[slot] = update
+        order = sorted(range(self.capacity), key=lambda k: self.born[k])
+        self.recency.copy_(torch.tensor([1.0 + order.index(k) for k in range(self.capacity)]))
+        self.games[slot] = 0.0
+        self.wins[slot] = 0.0
+        return slot
+
+    def win_rate(self) -> torch.Tensor:
+        """The learners' win rate against each snapshot (Laplace-smoothed: 1/2 unplayed)."""
+        return (self.wins + 1.0) / (self.games + 2.0)
+
+    def weights(self, opponents: str) -> torch.Tensor:
+        """How often each filled slot is drawn (unnormalised)."""
+        filled = self.filled.float()
+        if opponents == "uniform":
+            return filled
+        if opponents == "latest":  # by recency rank: the newest weighs most
+            return filled * self.recency
+        return filled * ((1.0 - self.win_rate()) ** 2 + 1e-3)  # pfsp: the hardest most
+
+    def act(self, method: str, slots: torch.Tensor, *inputs):
+        """`method` of every replica's snapshot (`slots`, one per replica) on its inputs
+        (replicas, ...): one batched product."""
+        params, buffers = self.nets.stacked()
+        tensors = [t[slots] for t in list(params.values()) + list(buffers.values())]
+        return self.nets.lead(method, *inputs, tensors=tensors)
+
+    def state_dict(self) -> dict:
+        return {"nets": self.nets.state_dict(), "filled": self.filled.clone(),
+                "born": list(self.born), "recency": self.recency.clone(),
+                "games": self.games.clone(), "wins": self.wins.clone()}
+
+    def load_state_dict(self, state: dict):
+        self.nets.load_state_dict(state["nets"])
+        self.born = list(state["born"])
+        for name in ("filled", "recency", "games", "wins"):
+            getattr(self, name).copy_(state[name])
+
+
+class LeagueActor:
+    """How one policy acts in a league: its learner network in the replicas where it
+    learns, each frozen replica's snapshot (`opponent`, a slot per replica) in the
+    others; drawn anew where a replica's episode ends."""
+    state_size = 0
+
+    def __init__(self, model, pool: Pool, learners: list, frozen: list, opponents: str,
+                 rollout_len: int, device):
+        self.model, self.pool, self.opponents = model, pool, opponents
+        self.learn, self.frozen = spread(learners, device), spread(frozen, device) \
+            if frozen else None
+        self.opponent = torch.zeros(len(frozen), dtype=torch.long, device=device)
+        self.faced = torch.zeros((rollout_len, len(frozen)), dtype=torch.long, device=device)
+
+    def log_probs(self, obs, mask=None):
+        own = self.model.log_probs(obs[self.learn], None if mask is None else mask[self.learn])
+        if self.frozen is None:
+            return own
+        out = own.new_empty(obs.shape[:-1] + own.shape[-1:])
+        out[self.learn] = own
+        out[self.frozen] = self.pool.act("log_probs", self.opponent, obs[self.frozen],
+                                         None if mask is None else mask[self.frozen])
+        return out
+
+    def sample(self, obs, deterministic: bool = False):
+        own = self.model.sample(obs[self.learn], deterministic)
+        if self.frozen is None:
+            return own
+        theirs = self.pool.act("sample", self.opponent, obs[self.frozen], deterministic)
+        out = []
+        for mine, other in zip(own, theirs):  # (raw action, log-prob, the env's action)
+            whole = mine.new_empty(obs.shape[:-1] + mine.shape[obs.dim() - 1:])
+            whole[self.learn] = mine
+            whole[self.frozen] = other
+            out.append(whole)
+        return tuple(out)
+
+    def episode_ended(self, t: int, done: torch.Tensor):
+        """Note whom the frozen replicas faced at step t; where their episode ended, draw
+        their next opponent (torch's generator; no host read)."""
+        if self.frozen is None:
+            return
+        self.faced[t].copy_(self.opponent)
+        drawn = torch.multinomial(self.pool.weights(self.opponents), self.opponent.shape[0],
+                                  replacement=True)
+        self.opponent.copy_(torch.where(done[self.frozen], drawn, self.opponent))
+
+
+class League:
+    """A PPO run's league (see the module): its matchups, each policy's pool and acting,
+    the learners' win statistics, the snapshots."""
+
+    def __init__(self, ppo):
+        cfg, env, t = ppo.cfg, ppo.env, ppo.config.trainer
+        self.cfg, self.distributed = cfg, ppo.distributed
+        names = [p.name for p in ppo.policies]
+        self.matchups = Matchups(names, env.num_envs, cfg.league_learner_share, env.device)
+        self.pools, self.actors = {}, {}
+        for p in ppo.policies:
+            pool = self.pools[p.name] = Pool(p.model, cfg.league_capacity, env.device)
+            pool.add(p.model, 0, cfg.league_eviction)  # every pool starts with the first
+            self.actors[p.name] = LeagueActor(p.model, pool, self.matchups.learner_ids(p.name),
+                                              self.matchups.frozen_ids(p.name),
+                                              cfg.league_opponents, t.rollout_len, env.device)
+        # each learner's mean return in its league games: what a win beats
+        self.baseline = torch.zeros(len(names), device=env.device)
+        self.seen = torch.zeros(len(names), dtype=torch.bool, device=env.device)
+        self.updates = 0
+
+    def acting(self, name: str, model):
+        return self.actors[name]
+
+    def trains_on(self, name: str) -> list:
+        """The replicas policy `name` learns in (its rows alone train it)."""
+        return self.matchups.learner_ids(name)
+
+    def counted(self, name: str, num_envs: int, device) -> torch.Tensor:
+        """Which replicas' episodes count as policy `name`'s own returns."""
+        mask = torch.zeros(num_envs, dtype=torch.bool, device=device)
+        mask[self.matchups.learner_ids(name)] = True
+        return mask
+
+    def episode_ended(self, t: int, done: torch.Tensor):
+        for actor in self.actors.values():
+            actor.episode_ended(t, done)
+
+    def record(self, episodes):
+        """The rollout's league games (episodes that ended in a frozen replica): each
+        snapshot's games and the learners' wins against it, and the learners' baselines;
+        device operations only (under DDP, summed across ranks)."""
+        dones, returns = episodes.dones, episodes.returns  # (T, envs), (T, policies, envs)
+        games = {n: torch.zeros_like(p.games) for n, p in self.pools.items()}
+        wins = {n: torch.zeros_like(p.wins) for n, p in self.pools.items()}
+        sums, counts = torch.zeros_like(self.baseline), torch.zeros_like(self.baseline)
+        for name, actor in self.actors.items():
+            if actor.frozen is None:
+                continue
+            done = dones[:, actor.frozen].float()
+            learner = self.matchups.group[actor.frozen]  # each frozen replica's learner
+            own = returns[:, :, actor.frozen]
+            ret = own.gather(1, learner.expand(own.shape[0], 1, -1)).squeeze(1)  # (T, replicas)
+            win = (ret > self.baseline[learner]).float() * done
+            games[name].scatter_add_(0, actor.faced.reshape(-1), done.reshape(-1))
+            wins[name].scatter_add_(0, actor.faced.reshape(-1), win.reshape(-1))
+            sums.index_add_(0, learner, (ret * done).sum(0))
+            counts.index_add_(0, learner, done.sum(0))
+        if self.distributed:
+            flat = torch.cat([*games.values(), *wins.values(), sums, counts])
+            torch.distributed.all_reduce(flat)
+            parts = flat.split([*(len(g) for g in games.values()), *(len(w) for w in wins.values()),
+                                len(sums), len(counts)])
+            for target, part in zip([*games.values(), *wins.values(), sums, counts], parts):
+                target.copy_(part)
+        for name, pool in self.pools.items():
+            pool.games.mul_(DECAY).add_(games[name])
+            pool.wins.mul_(DECAY).add_(wins[name])
+        mean = sums / counts.clamp_min(1.0)
+        blended = torch.where(self.seen, 0.9 * self.baseline + 0.1 * mean, mean)
+        self.baseline.copy_(torch.where(counts > 0, blended, self.baseline))
+        self.seen |= counts > 0
+
+    def after_update(self, policies):
+        """Every `league_snapshot_every` updates, each policy's network into its pool."""
+        self.updates += 1
+        if self.updates % self.cfg.league_snapshot_every == 0:
+            for p in policies:
+                self.pools[p.name].add(p.model, self.updates, self.cfg.league_eviction)
+
+    def state_dict(self) -> dict:
+        return {"pools": {n: p.state_dict() for n, p in self.pools.items()},
+                "baseline": self.baseline.clone(), "seen": self.seen.clone(),
+                "updates": self.updates}
+
+    def load_state_dict(self, state: dict):
+        for name, pool in self.pools.items():
+            pool.load_state_dict(state["pools"][name])
+        self.baseline.copy_(state["baseline"])
+        self.seen.copy_(state["seen"])
+        self.updates = state["updates"]
+
+    def rank_state_dict(self) -> dict:
+        return {n: a.opponent.clone() for n, a in self.actors.items()}
+
+    def load_rank_state_dict(self, state: dict):
+        for name, actor in self.actors.items():
+            actor.opponent.copy_(state[name])
+
+
+class NoLeague:
+    """A run without a league: every policy learns in every replica."""
+
+    def acting(self, name: str, model):
+        return model
+
+    def trains_on(self, name: str):
+        return None
+
+    def counted(self, name: str, num_envs: int, device):
+        return None
+
+    def episode_ended(self, t: int, done):
+        pass
+
+    def record(self, episodes):
+        pass
+
+    def after_update(self, policies):
+        pass
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict):
+        pass
+
+    def rank_state_dict(self) -> dict:
+        return {}
+
+    def load_rank_state_dict(self, state: dict):
+        pass

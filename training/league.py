@@ -48,9 +48,18 @@ class Matchups:
     """Which replicas each policy learns in. Groups in this order: the first policy's
     own (it learns, the others are snapshots), every policy learning, then each other
     policy's own; so with two policies each one's learner and frozen replicas are
-    contiguous."""
+    contiguous. Policies `frozen` never learn: in every replica the others learn against
+    their snapshots (`group` -1 there: no policy's own game)."""
 
-    def __init__(self, names: list, num_envs: int, learner_share: float, device):
+    def __init__(self, names: list, num_envs: int, learner_share: float, device,
+                 frozen: tuple = ()):
+        if frozen:  # every replica: the others learn against the frozen ones' snapshots
+            self.names = names
+            every = list(range(num_envs))
+            self.learners = {n: [] if n in frozen else every for n in names}
+            self.frozen = {n: every if n in frozen else [] for n in names}
+            self.group = torch.full((num_envs,), -1, dtype=torch.long, device=device)
+            return
         solo_groups = len(names)
         together = round(num_envs * learner_share)
         rest = num_envs - together
@@ -156,33 +165,37 @@ class LeagueActor:
     def __init__(self, model, pool: Pool, learners: list, frozen: list, opponents: str,
                  rollout_len: int, device):
         self.model, self.pool, self.opponents = model, pool, opponents
-        self.learn, self.frozen = spread(learners, device), spread(frozen, device) \
-            if frozen else None
+        self.learn = spread(learners, device) if learners else None
+        self.frozen = spread(frozen, device) if frozen else None
         self.opponent = torch.zeros(len(frozen), dtype=torch.long, device=device)
         self.faced = torch.zeros((rollout_len, len(frozen)), dtype=torch.long, device=device)
 
     def log_probs(self, obs, mask=None):
-        own = self.model.log_probs(obs[self.learn], None if mask is None else mask[self.learn])
-        if self.frozen is None:
-            return own
-        out = own.new_empty(obs.shape[:-1] + own.shape[-1:])
-        out[self.learn] = own
-        out[self.frozen] = self.pool.act("log_probs", self.opponent, obs[self.frozen],
-                                         None if mask is None else mask[self.frozen])
-        return out
+        return self._joined("log_probs", obs, mask)
 
     def sample(self, obs, deterministic: bool = False):
-        own = self.model.sample(obs[self.learn], deterministic)
-        if self.frozen is None:
-            return own
-        theirs = self.pool.act("sample", self.opponent, obs[self.frozen], deterministic)
+        return self._joined("sample", obs, deterministic)
+
+    def _joined(self, method: str, obs, extra):
+        """`method` of the learner on its replicas and of the snapshots on theirs, joined
+        in replica order (each output: log-probabilities; or raw action, log-prob and the
+        env's action)."""
+        def part(where):
+            mine = extra[where] if isinstance(extra, torch.Tensor) else extra
+            if where is self.learn:
+                return getattr(self.model, method)(obs[where], mine)
+            return self.pool.act(method, self.opponent, obs[where], mine)
+        if self.frozen is None or self.learn is None:
+            return part(self.learn if self.frozen is None else self.frozen)
+        own, theirs = part(self.learn), part(self.frozen)
+        single = isinstance(own, torch.Tensor)
         out = []
-        for mine, other in zip(own, theirs):  # (raw action, log-prob, the env's action)
+        for mine, other in zip((own,) if single else own, (theirs,) if single else theirs):
             whole = mine.new_empty(obs.shape[:-1] + mine.shape[obs.dim() - 1:])
             whole[self.learn] = mine
             whole[self.frozen] = other
             out.append(whole)
-        return tuple(out)
+        return out[0] if single else tuple(out)
 
     def episode_ended(self, t: int, done: torch.Tensor):
         """Note whom the frozen replicas faced at step t; where their episode ended, draw
@@ -203,7 +216,9 @@ class League:
         cfg, env, t = ppo.cfg, ppo.env, ppo.config.trainer
         self.cfg, self.distributed = cfg, ppo.distributed
         names = [p.name for p in ppo.policies]
-        self.matchups = Matchups(names, env.num_envs, cfg.league_learner_share, env.device)
+        self.frozen = tuple(cfg.league_frozen)
+        self.matchups = Matchups(names, env.num_envs, cfg.league_learner_share, env.device,
+                                 self.frozen)
         self.pools, self.actors = {}, {}
         for p in ppo.policies:
             pool = self.pools[p.name] = Pool(p.model, cfg.league_capacity, env.device)
@@ -218,6 +233,21 @@ class League:
 
     def acting(self, name: str, model):
         return self.actors[name]
+
+    def learns(self, name: str) -> bool:
+        return name not in self.frozen
+
+    def load_frozen(self, networks: dict):
+        """Each frozen policy's pool: the network whose state dict `networks` holds under
+        its name (its only snapshot: every frozen replica plays it)."""
+        for name, state in networks.items():
+            pool, actor = self.pools[name], self.actors[name]
+            network = copy.deepcopy(actor.model)
+            network.load_state_dict(state)
+            pool.filled.zero_()
+            pool.born = [-1] * pool.capacity
+            pool.add(network, 0, "oldest")
+            actor.opponent.zero_()
 
     def trains_on(self, name: str) -> list:
         """The replicas policy `name` learns in (its rows alone train it)."""
@@ -237,6 +267,8 @@ class League:
         """The rollout's league games (episodes that ended in a frozen replica): each
         snapshot's games and the learners' wins against it, and the learners' baselines;
         device operations only (under DDP, summed across ranks)."""
+        if self.frozen:  # a best response: its one opponent needs no statistics
+            return
         dones, returns = episodes.dones, episodes.returns  # (T, envs), (T, policies, envs)
         games = {n: torch.zeros_like(p.games) for n, p in self.pools.items()}
         wins = {n: torch.zeros_like(p.wins) for n, p in self.pools.items()}
@@ -273,7 +305,8 @@ class League:
         self.updates += 1
         if self.updates % self.cfg.league_snapshot_every == 0:
             for p in policies:
-                self.pools[p.name].add(p.model, self.updates, self.cfg.league_eviction)
+                if self.learns(p.name):
+                    self.pools[p.name].add(p.model, self.updates, self.cfg.league_eviction)
 
     def state_dict(self) -> dict:
         return {"pools": {n: p.state_dict() for n, p in self.pools.items()},
@@ -303,6 +336,9 @@ class NoLeague:
 
     def trains_on(self, name: str):
         return None
+
+    def learns(self, name: str) -> bool:
+        return True
 
     def counted(self, name: str, num_envs: int, device):
         return None

@@ -139,7 +139,7 @@ class PPO(Algorithm):
         # rate 0 standing still)
         self.learning = None if self.whole_update else members.learning()
         self.league.record(self.episodes)  # (the rollout's league games)
-        for p in self.policies:
+        for p in (p for p in self.policies if self.league.learns(p.name)):
             p.adam.set_lr(members.rates(lr))
             self._store_orders(p.name, *self.units(p))
         if not any(members.alive):  # (the loop ends after this iteration)
@@ -151,7 +151,8 @@ class PPO(Algorithm):
 
     def update_all(self):
         for k, p in enumerate(self.policies):
-            self.update_stats[k].copy_(self.update_policy(p, *self.orders[p.name]))
+            if self.league.learns(p.name):
+                self.update_stats[k].copy_(self.update_policy(p, *self.orders[p.name]))
 
     def update_policy(self, p: Policy, units: list, weights, orders: list) -> torch.Tensor:
         """The rollout's values and GAE, then `update_epochs` passes of shuffled minibatches
@@ -283,8 +284,7 @@ class PPO(Algorithm):
         return units, None if compacted and self.members.solo else active.float()
 
     def _only_in_play(self, weights) -> bool:
-        """Whether the rollout's values are needed of the units' rows only: those in play,
-        left out of a solo update (its weights None) with a local critic."""
+        """Whether only the units' rows need values: in play, a solo run's, a local critic."""
         return (self.members.solo and weights is None and not self.central
                 and self.env.agent_active_array is not None)
 

@@ -48,6 +48,9 @@ class PPOConfig:
     league_learner_share: float = 0.5  # league: the replicas where every policy learns; the
                                        # rest split evenly among matchups where one policy
                                        # learns against the others' snapshots
+    league_frozen: tuple[str, ...] = ()  # league: policies that never learn, playing their
+                                         # pools' snapshots in every replica (python -m
+                                         # gpusim.league --best_response loads those)
     # every policy key applies (training.config.check_policy_keys)
     policy_keys: ClassVar[frozenset] = frozenset(
         ("hidden_sizes", "activation", "state_dependent_std", "log_std_init", "recurrent",
@@ -130,6 +133,11 @@ def check_for_env(config, env, population: bool):
         if len(env.policy_specs) < 2:
             raise GpusimError(f"config key 'trainer.league' pits policies against each "
                               f"other's past selves; {env.name} has one policy")
+        unknown = [n for n in config.algo.league_frozen if n not in env.policy_specs]
+        if unknown or len(config.algo.league_frozen) >= len(env.policy_specs):
+            raise GpusimError(f"config key 'trainer.league_frozen' must name some of "
+                              f"{env.name}'s policies ({', '.join(env.policy_specs)}), not "
+                              f"all: {', '.join(unknown) or 'every one'} cannot be frozen")
         if policy.recurrent != "none" or population:
             raise GpusimError("config key 'trainer.league' with " + (
                 "policy.recurrent" if policy.recurrent != "none" else "trainer.population")

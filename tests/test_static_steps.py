@@ -89,6 +89,8 @@ CASES = {
     "ppo, per-agent done, continuous, two policies": ("tag_continuous", {
         **TAG, "trainer.out_of_play": "weigh"}),
     "ppo, continuous": ("pendulum", {"trainer.algorithm": "ppo"}),
+    "ppo, league": ("tag_continuous", {**TAG, "trainer.out_of_play": "weigh",
+                                       "trainer.league": True, "env.episode_length": 4}),
 }
 
 
@@ -286,9 +288,9 @@ def test_offpolicy_gradient_steps_repeat_with_no_host_read(algorithm):
     calls = []
     trainer.iterate(1e-3)  # the first static steps make their graphs
     for due, graph in group.graphs.items():
-        def recorded(step=graph.step, due=due):
+        def recorded(*noise, step=graph.step, due=due):
             with Recorder() as recorder, counting_host_reads() as python_reads:
-                out = step()
+                out = step(*noise)
             calls.append((due, recorder.ops, python_reads["reads"]))
             return out
         graph.step = recorded

@@ -9,7 +9,8 @@ import torch
 from scipy.stats import chisquare
 
 from gpusim.scale import distributed
-from gpusim.training.replay import LOCAL, ReplayBuffer, TorchCollectives
+from gpusim.training.collectives import LOCAL, TorchCollectives
+from gpusim.training.replay import ReplayBuffer
 
 OBS_DIM = 3
 EPS = 1e-6

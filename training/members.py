@@ -11,7 +11,6 @@ policy trained) and summarises per setting across seeds; the best member
 from __future__ import annotations
 
 import shutil
-from dataclasses import replace
 from pathlib import Path
 
 import yaml
@@ -20,6 +19,7 @@ from gpusim.errors import GpusimError, writing
 
 from . import checkpoint, population
 from .config import load_run_dir_config
+from .population import member_config
 
 
 def is_population(run_dir) -> bool:
@@ -30,15 +30,6 @@ def is_population(run_dir) -> bool:
     trainer = (yaml.safe_load(path.read_text()) or {}).get("trainer") or {}
     spec = trainer.get("population", 1)
     return isinstance(spec, dict) or (isinstance(spec, int) and spec > 1)
-
-
-def member_config(config, member):
-    """The config of the solo run member `member` stands for."""
-    t = replace(config.trainer, population=1, seeds_per_setting=1, seed=member.seed,
-                lr=population.setting(member, "lr", config.trainer, config.algo))
-    algo = replace(config.algo, **{k: float(v) for k, v in member.settings.items()
-                                   if k != "lr"})
-    return replace(config, trainer=t, algo=algo, auto_scale_report=None)
 
 
 def pick(run_dir, config, member=None) -> tuple:

@@ -131,6 +131,15 @@ def setting(member: Member, key: str, trainer, algo) -> float:
     return float(getattr(trainer if key == "lr" else algo, key))
 
 
+def member_config(config, member):
+    """The config of the solo run member `member` stands for."""
+    t = replace(config.trainer, population=1, seeds_per_setting=1, seed=member.seed,
+                lr=setting(member, "lr", config.trainer, config.algo))
+    algo = replace(config.algo, **{k: float(v) for k, v in member.settings.items()
+                                   if k != "lr"})
+    return replace(config, trainer=t, algo=algo, auto_scale_report=None)
+
+
 def noise_generator(seed: int, device) -> torch.Generator:
     """The generator a solo run of `seed` draws its noise from: torch's own, as it stands
     after the run made its networks (on the CPU, where making them draws from it) or as

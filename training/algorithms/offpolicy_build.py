@@ -14,58 +14,17 @@ and their host counters advance after it.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
 
 import torch
 
 from ..acceleration import MaybeCompiled
 from ..actors import Actors
+from ..collectives import LOCAL, TorchCollectives
 from ..descent import Adam, CompiledDescent, EagerDescent
 from ..graphs import StepGraph
-from ..replay import LOCAL, ReplayBuffer, TorchCollectives
-from .offpolicy_networks import OffPolicyModel
-
-
-class Optimizers:
-    """A policy's Adams under one name, so checkpoints treat them as one."""
-
-    def __init__(self, **optimizers):
-        self.by_name = {k: v for k, v in optimizers.items() if v is not None}
-
-    def __getitem__(self, name):
-        return self.by_name[name]
-
-    def state_dict(self) -> dict:
-        return {name: adam.state_dict() for name, adam in self.by_name.items()}
-
-    def load_state_dict(self, state: dict):
-        for name, adam in self.by_name.items():
-            adam.load_state_dict(state[name])
-
-
-@dataclass
-class OffPolicyGroup:
-    """One policy: its space, agents, networks, Adams and replay shard, and how its steps
-    run."""
-    name: str
-    spec: object
-    agents: object
-    model: OffPolicyModel
-    optimizer: Optimizers
-    replay: object           # its ReplayBuffer (a population's: offpolicy_members.MemberReplays)
-    updates: int = 0         # gradient steps taken (TD3 delays its actor by this count)
-    step: object = None      # one gradient step -> its statistics (chosen by `choose_speed`)
-    store: object = None     # the replay's add (or, in a graphed rollout, its device-side write)
-    graphs: dict = field(default_factory=dict)  # a graphed step's: actor due -> its StepGraph
-
-    @functools.cached_property
-    def optimized(self) -> dict:
-        """Optimizer name -> (its parameters by name, its Adam)."""
-        model, opts = self.model, self.optimizer.by_name
-        params = {"actor": dict(model.actor.named_parameters()),
-                  "critic": dict(model.critics.named_parameters()),
-                  "alpha": {"log_alpha": model.log_alpha}}
-        return {name: (params[name], opt) for name, opt in opts.items()}
+from ..replay import ReplayBuffer
+from .offpolicy_members import MembersStep, build_members
+from .offpolicy_networks import OffPolicyGroup, Optimizers
 
 
 def build(algo):
@@ -74,7 +33,6 @@ def build(algo):
     if members.solo:
         algo.policies = [solo_group(algo, name, spec) for name, spec in env.policy_specs.items()]
     else:
-        from .offpolicy_members import build_members
         build_members(algo)  # the groups, each member's generators, explorers and tau
     algo.actors = Actors(env, {g.name: g.model for g in algo.policies},
                          wrap=lambda fn, what: MaybeCompiled(fn, what, algo.compile_acting))
@@ -114,7 +72,6 @@ def choose_speed(algo):
     for g in algo.policies:
         g.store = g.replay.write if static else g.replay.add
         if not algo.members.solo:
-            from .offpolicy_members import MembersStep
             g.step = MembersStep(algo, g)
         elif static:
             g.step = GraphedStep(algo, g)

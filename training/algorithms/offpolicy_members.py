@@ -25,12 +25,10 @@ import torch
 
 from ..actors import Actors, UniformPolicy
 from ..descent import Adam, adam_update
-from ..members import member_config
-from ..population import noise_generator
+from ..population import member_config, noise_generator
 from ..replay import Batch, ReplayBuffer
 from ..stacked import StackedPolicy
-from .offpolicy_build import OffPolicyGroup, Optimizers
-from .offpolicy_networks import NetsOn
+from .offpolicy_networks import NetsOn, OffPolicyGroup, Optimizers
 
 ADAM_EPS = 1e-8  # training.descent.Adam's default, a solo run's
 

@@ -8,11 +8,14 @@ sees them (offpolicy.py), which the algorithms' hooks take in place of the
 group: the actor and critics on the step's parameters, the targets, alpha,
 the standard normal draws and the targets' soft update (a population member
 runs them on its slices of stacked weights: offpolicy_members.py).
+`OffPolicyGroup`: one policy's networks, Adams (`Optimizers`) and replay shard.
 """
 from __future__ import annotations
 
 import copy
+import functools
 import math
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -142,3 +145,45 @@ class NetsOn:
                 named = dict(target.named_parameters())
                 torch._foreach_lerp_([named[n] for n in online], list(online.values()),
                                      self.tau)
+
+
+class Optimizers:
+    """A policy's Adams under one name, so checkpoints treat them as one."""
+
+    def __init__(self, **optimizers):
+        self.by_name = {k: v for k, v in optimizers.items() if v is not None}
+
+    def __getitem__(self, name):
+        return self.by_name[name]
+
+    def state_dict(self) -> dict:
+        return {name: adam.state_dict() for name, adam in self.by_name.items()}
+
+    def load_state_dict(self, state: dict):
+        for name, adam in self.by_name.items():
+            adam.load_state_dict(state[name])
+
+
+@dataclass
+class OffPolicyGroup:
+    """One policy: its space, agents, networks, Adams and replay shard, and how its steps
+    run."""
+    name: str
+    spec: object
+    agents: object
+    model: OffPolicyModel
+    optimizer: Optimizers
+    replay: object           # its ReplayBuffer (a population's: offpolicy_members.MemberReplays)
+    updates: int = 0         # gradient steps taken (TD3 delays its actor by this count)
+    step: object = None      # one gradient step -> its statistics (chosen by `choose_speed`)
+    store: object = None     # the replay's add (or, in a graphed rollout, its device-side write)
+    graphs: dict = field(default_factory=dict)  # a graphed step's: actor due -> its StepGraph
+
+    @functools.cached_property
+    def optimized(self) -> dict:
+        """Optimizer name -> (its parameters by name, its Adam)."""
+        model, opts = self.model, self.optimizer.by_name
+        params = {"actor": dict(model.actor.named_parameters()),
+                  "critic": dict(model.critics.named_parameters()),
+                  "alpha": {"log_alpha": model.log_alpha}}
+        return {name: (params[name], opt) for name, opt in opts.items()}

@@ -45,7 +45,10 @@ def reads_per_iteration(name, num_envs, rollout_len, **overrides):
     config = load_run_config(name, cls, overrides={
         "trainer.backend": "cpu", "trainer.num_envs": num_envs,
         "trainer.rollout_len": rollout_len, "trainer.target_return": None,
-        "trainer.total_steps": 10**6, "trainer.torch_threads": 1, **overrides})
+        "trainer.total_steps": 10**6, "trainer.torch_threads": 1,
+        # (a run this long would compile its learner: that is the compile tests' business,
+        # tests/test_fused.py, and costs a minute of C++ compiles per case from a cold cache)
+        "trainer.compile": "off", **overrides})
     trainer = Trainer(config, cls)
     trainer._train_one(False)  # warm-up: compiles, fills what fills once
     with counting_host_reads() as counts:

@@ -12,6 +12,13 @@ from mpe_cases import (MPE2_MODULES, SCENARIOS, VARIANTS, Envs, as_numpy, random
 mpe2 = pytest.importorskip("mpe2")
 
 MODES = (False, True)  # continuous_actions
+# Every scenario in both action modes; in the default suite the Box mode of the two whose
+# Box actions the docs train with, the rest behind `slow` (each mode's first CPU compile of
+# a scenario costs 10-25 s on 2 cores).
+DEFAULT_BOX = ("simple_spread", "simple_tag")
+CASES = [pytest.param(name, continuous, id=f"{name}-{'continuous' if continuous else 'discrete'}",
+                      marks=pytest.mark.slow if continuous and name not in DEFAULT_BOX else ())
+         for name in SCENARIOS for continuous in MODES]
 
 
 @pytest.fixture(scope="module")
@@ -23,8 +30,7 @@ def configs(name):
     return ({},) + VARIANTS.get(name, ())
 
 
-@pytest.mark.parametrize("continuous", MODES, ids=("discrete", "continuous"))
-@pytest.mark.parametrize("name", SCENARIOS)
+@pytest.mark.parametrize("name, continuous", CASES)
 def test_random_states_step_as_in_mpe2(envs, name, continuous):
     rng = np.random.default_rng(1)
     for config in configs(name):
@@ -40,8 +46,7 @@ def test_random_states_step_as_in_mpe2(envs, name, continuous):
         assert truncations > 0, config
 
 
-@pytest.mark.parametrize("continuous", MODES, ids=("discrete", "continuous"))
-@pytest.mark.parametrize("name", SCENARIOS)
+@pytest.mark.parametrize("name, continuous", CASES)
 def test_whole_episodes_follow_mpe2_through_auto_reset(envs, name, continuous):
     """From gpusim's own reset, two and a half episodes: each step mpe2 starts from
     gpusim's current state; finished replicas compare their final observation and
@@ -61,8 +66,7 @@ def test_whole_episodes_follow_mpe2_through_auto_reset(envs, name, continuous):
     assert np.abs(np.array(rewards)).max() > 0  # the rewards are not trivially zero
 
 
-@pytest.mark.parametrize("continuous", MODES, ids=("discrete", "continuous"))
-@pytest.mark.parametrize("name", SCENARIOS)
+@pytest.mark.parametrize("name, continuous", CASES)
 def test_cudasim_steps_as_in_mpe2(envs, name, continuous):
     """The generated CUDA kernel, interpreted by numba's simulator (tiny grid)."""
     env = envs.get(name, continuous, backend="cudasim", num_envs=2)

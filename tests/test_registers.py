@@ -37,6 +37,9 @@ from gpusim.sampler import SAMPLE_SPEC
 
 MAX_AGENTS = 1024  # the API's maximum agents per replica (ThreadBlockBackend)
 ARCHS = ((8, 0), (9, 0))
+# the default suite checks sm_90 (H100/H200); sm_80 behind `slow` (a PTX compile per kernel)
+ARCH_CASES = [pytest.param(cc, id=f"sm_{cc[0]}{cc[1]}",
+                           marks=pytest.mark.slow if cc != (9, 0) else ()) for cc in ARCHS]
 CONFIG_VARIANTS = {"tag_continuous": ({"continuous_actions": True},)}  # besides the defaults
 
 
@@ -190,7 +193,7 @@ def numba_ptx():
     return ptx
 
 
-@pytest.mark.parametrize("cc", ARCHS, ids=lambda cc: f"sm_{cc[0]}{cc[1]}")
+@pytest.mark.parametrize("cc", ARCH_CASES)
 @pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k[0])
 def test_numba_kernel_fits_a_block_of_1024(kernel, cc, numba_ptx, ptxas, tmp_path):
     kernel_id, spec, s, p, _ = kernel

@@ -33,6 +33,8 @@ from .evaluate import evaluate
 from .logger import CompileReport, RunLogger, new_run_dir
 from .loop import Stopped, Trainer
 
+# scale keys that apply without --auto_scale (multi-process runs wait this long)
+SCALE_ALWAYS = ("scale.timeout_s", "scale.collective_timeout_s")
 FLAG_KEYS = {"algorithm": "trainer.algorithm", "backend": "trainer.backend", "num_envs": "trainer.num_envs",
              "rollout_len": "trainer.rollout_len", "total_steps": "trainer.total_steps",
              "seed": "trainer.seed", "memory_budget": "scale.memory_budget"}
@@ -99,7 +101,13 @@ def resolve_config(args):
                           "as a run directory's config.yaml has)")
     cls = env_class(name)
     path = args.config or recipe_path(cls, args.algorithm)
-    return cls, load_run_config(name, cls, path=path, overrides=overrides, sets=args.set)
+    config = load_run_config(name, cls, path=path, overrides=overrides, sets=args.set)
+    searched = [item.partition("=")[0].strip() for item in args.set
+                if item.strip().startswith("scale.") and not item.strip().startswith(SCALE_ALWAYS)]
+    if searched and not args.auto_scale:  # it would do nothing in this run
+        raise GpusimError(f"config key '{searched[0]}' sets the --auto_scale search; add "
+                          "--auto_scale (or drop it)")
+    return cls, config
 
 
 def main(argv=None) -> int:

@@ -192,7 +192,7 @@ def check_env(env, reference=None, *, steps: int | None = None, seed: int = 0,
             # The initial states before the rollout: a reset phase that leaves an entry
             # alone would otherwise carry the rollout's values into them.
             samples = None if "seeding" in skipped else record_initial_states(env, seed)
-            watch = None if "races" in skipped else races.RaceWatch(env, steps)
+            watch = None if "races" in skipped else races.RaceWatch(env)
             rollout = None if _ROLLOUT_CHECKS.issubset(skipped) else record_rollout(
                 env, steps, seed, None if "reference" in skipped else reference,
                 reference_steps=reference_steps, reference_envs=reference_envs, atol=atol,
@@ -202,10 +202,10 @@ def check_env(env, reference=None, *, steps: int | None = None, seed: int = 0,
             "reset": lambda: checks.reset(env, seed),
             "seeding": lambda: checks.seeding(samples),
             "step": lambda: checks.step(rollout),
-            "finite": lambda: checks.finite(rollout),
+            "finite": lambda: checks.finite(rollout, watch and watch.nonfinite),
             "auto_reset": lambda: checks.auto_reset(rollout, samples),
             "coverage": lambda: coverage(rollout),
-            "races": lambda: races.races(env, watch),
+            "races": lambda: races.races(watch),
             "reference": lambda: checks.reference(rollout),
             "determinism": lambda: checks.determinism(env, steps, seed, source),
             "backends": lambda: checks.backends(env, other_backend, min(compare_steps, steps),

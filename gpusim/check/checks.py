@@ -214,11 +214,14 @@ def _fail_if_stopped(rollout):
         raise Failure("not run: step() outputs are malformed (see the step check)")
 
 
-def finite(rollout) -> str:
+def finite(rollout, source=None) -> str:
+    """`source`: (step, line), where the races check's replay saw the first NaN or Inf
+    written, named where it is that step's."""
     for t, record in enumerate(rollout.steps):
         if record.nonfinite is not None:
             name, idx, value = record.nonfinite
-            raise Failure(f"at step {t}, {name}{index_text(idx)} = {value_text(value)}")
+            written = f": {source[1]}" if source and source[0] == t else ""
+            raise Failure(f"at step {t}, {name}{index_text(idx)} = {value_text(value)}{written}")
     _fail_if_stopped(rollout)
     return f"no NaN or Inf in obs, reward and final_obs over {rollout.num_steps} steps"
 

@@ -18,6 +18,7 @@ is first seen (a read's only when it races), so the common case stays cheap.
 """
 from __future__ import annotations
 
+import math
 import os
 import sys
 from dataclasses import dataclass
@@ -55,7 +56,7 @@ def array_meta(name, scope, shape) -> ArrayMeta:
 class OutOfBounds(IndexError):
     """An index past an array's end: `what` names the array, index and access."""
 
-    def __init__(self, what: str, where: str, thread):
+    def __init__(self, what: str, where: str = "?", thread=None):
         super().__init__(what)
         self.what, self.where, self.thread = what, where, thread
 
@@ -109,6 +110,9 @@ class Recorder:
         self.accesses = 0  # recorded so far (the races check's budget)
         self.limit = limit
         self.problems: list[Problem] = []
+        self.faults: list[Problem] = []  # indices out of bounds
+        self.nonfinite: Problem | None = None  # the first NaN or Inf written
+        self.nonfinite_line: str | None = None  # ... with its phase (set by the replay)
         self._seen = set()  # (kind, array name): one problem of a kind per array
         self.barrier()
 
@@ -196,6 +200,13 @@ class Recorder:
         if entry[0] is None:
             entry[0], entry[1] = thread, site(3)
 
+    def out_of_bounds(self, what, where) -> OutOfBounds:
+        """The exception for an index out of bounds (kept as a problem too)."""
+        self.faults.append(Problem("bounds", f"{self._thread_text(self.thread)} {what}", where,
+                                   "an index out of bounds reads or writes another entry, or "
+                                   "faults, on a GPU"))
+        return OutOfBounds(what, where, self.thread)
+
     # ---- the rules --------------------------------------------------------------------
     def _other_replica(self, meta, flat, thread, verb):
         self._problem("replica", meta, f"{self._thread_text(thread)} of replica "
@@ -213,17 +224,22 @@ class Recorder:
                       "on a GPU they run at once, so updates are lost and results depend on "
                       "timing; write each entry from one thread, read it in a later phase")
 
-    @staticmethod
-    def _thread_text(thread) -> str:
-        if isinstance(thread, tuple):
-            return f"thread {thread[1]} of block {thread[0]}"
-        return f"agent {thread}"
+    _thread_text = staticmethod(lambda thread: _thread_text(thread))
 
     def _problem(self, kind, meta, what, where, advice):
         if (kind, meta.name) in self._seen or len(self.problems) >= self.limit:
             return
         self._seen.add((kind, meta.name))
         self.problems.append(Problem(kind, what, where, advice))
+
+
+def _thread_text(thread) -> str:
+    if isinstance(thread, tuple):
+        return f"thread {thread[1]} of block {thread[0]}"
+    return f"agent {thread}"
+
+
+_FLOATS = (float, np.float32, np.float64, np.float16)
 
 
 def _add(entry, slot, thread):
@@ -270,8 +286,8 @@ class Recorded:
                 return self._ids.item(key)  # one element: a Python int, fast
             ids = self._ids[key]
         except IndexError:
-            raise OutOfBounds(f"{verb} {_out_of_bounds(self._meta, self._ids, key)}",
-                              location(3), self._rec.thread) from None
+            raise self._rec.out_of_bounds(f"{verb} {_out_of_bounds(self._meta, self._ids, key)}",
+                                          location(3)) from None
         except (TypeError, ValueError):  # slices in a full-length key
             ids = self._ids[key]
         return ids if ids.__class__ is np.ndarray else int(ids)
@@ -287,6 +303,11 @@ class Recorded:
         flat = self._flat(key, "writes")
         if flat.__class__ is int:
             self._rec.write(self._meta, flat)
+            if value.__class__ in _FLOATS and not math.isfinite(value) \
+                    and self._rec.nonfinite is None:
+                self._rec.nonfinite = Problem("nonfinite", f"{_thread_text(self._rec.thread)} "
+                                              f"writes {index_text(self._meta, flat)} = {value}",
+                                              location(2), "")
         else:
             for one in flat.flat:
                 self._rec.write(self._meta, int(one))

@@ -14,6 +14,7 @@ naming the array, the index, the agent, the phase and the source line.
 from __future__ import annotations
 
 import collections
+import math
 import types
 import warnings
 
@@ -43,7 +44,13 @@ def python_of(fn):
     return _PYTHON[fn]
 
 
-def _copy(fn, memo):
+def python_copy(fn, swaps: dict):
+    """`python_of(fn)`, uncached, with global objects swapped (by identity) for stand-ins:
+    `{numba.cuda: recording_cuda}` for a raw kernel."""
+    return _copy(fn, {}, swaps)
+
+
+def _copy(fn, memo, swaps=None):
     py = getattr(fn, "py_func", fn)
     if not isinstance(py, types.FunctionType):
         return fn
@@ -53,10 +60,15 @@ def _copy(fn, memo):
     clone = types.FunctionType(py.__code__, globs, py.__name__, py.__defaults__, py.__closure__)
     memo[py] = clone
     for key, value in py.__globals__.items():
-        if _is_jit(value):
-            globs[key] = _copy(value, memo)
+        swap = next((new for old, new in (swaps or {}).items() if value is old), None)
+        if swap is not None:
+            globs[key] = swap
+        elif value is math:
+            globs[key] = _NUMBA_MATH
+        elif _is_jit(value):
+            globs[key] = _copy(value, memo, swaps)
         elif isinstance(value, types.ModuleType) and _has_jit(value):
-            globs[key] = _PythonModule(value, memo)
+            globs[key] = _PythonModule(value, memo, swaps)
     return clone
 
 
@@ -70,15 +82,30 @@ def _has_jit(module) -> bool:
     return any(_is_jit(v) for v in vars(module).values())
 
 
+class _NumbaMath:
+    """`math` as numba computes it: NaN or Inf where Python's raises (a square root of a
+    negative number, an overflowing exp), so the replay goes on where the kernel did."""
+    _NUMPY = {"sqrt": np.sqrt, "log": np.log, "log10": np.log10, "log2": np.log2,
+              "log1p": np.log1p, "acos": np.arccos, "asin": np.arcsin, "acosh": np.arccosh,
+              "atanh": np.arctanh, "exp": np.exp, "expm1": np.expm1, "cosh": np.cosh,
+              "sinh": np.sinh, "fmod": np.fmod, "pow": np.power}
+
+    def __getattr__(self, name):
+        return self._NUMPY.get(name) or getattr(math, name)
+
+
+_NUMBA_MATH = _NumbaMath()
+
+
 class _PythonModule:
     """A module whose jit functions read as their pure-Python copies."""
 
-    def __init__(self, module, memo):
-        self._module, self._memo = module, memo
+    def __init__(self, module, memo, swaps=None):
+        self._module, self._memo, self._swaps = module, memo, swaps
 
     def __getattr__(self, name):
         value = getattr(self._module, name)
-        return _copy(value, self._memo) if _is_jit(value) else value
+        return _copy(value, self._memo, self._swaps) if _is_jit(value) else value
 
 
 def phase_name(fn) -> str:
@@ -148,6 +175,9 @@ def replay(spec, s, p, num_agents: int, replicas, recorder: Recorder,
                     where = _phase_text(spec, phase.fn, phase.per_env)
                     lines += [f"{q.what}, in {where} ({q.where}){context}: {q.advice}"
                               for q in recorder.problems[before:]]
+                    q = recorder.nonfinite
+                    if q is not None and recorder.nonfinite_line is None:
+                        recorder.nonfinite_line = f"{q.what} in {where} ({q.where}){context}"
     return lines
 
 

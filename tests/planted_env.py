@@ -17,6 +17,11 @@ kernels:
 - ZERO_BY_ZERO: the chasers' mean distance divides by the runners left, 0/0 on
   the step that ends an episode by termination (random actions rarely get there;
   `chase` does).
+and, for the race check's other rules: every agent writing one replica entry
+(SHARED_WRITE), reading a neighbour's entry the neighbour writes in the same phase
+(READ_WHILE_WRITTEN), a runner writing a chaser's entry (OTHERS_ROW), an entry of
+the next replica (OTHER_REPLICA), a global table (GLOBAL_WRITE), and reading past
+the last agent (READ_PAST_END).
 """
 from __future__ import annotations
 
@@ -31,8 +36,12 @@ from gpusim import Env, rng
 from gpusim.arrays import ArraySpec
 from gpusim.config import EnvConfig
 from gpusim.kernels import agent_phase, env_phase
+from gpusim.measures import StepSums
 
 OK, RACE, WIDE_OBS, NARROW_OBS, NAN_REWARD, ZERO_BY_ZERO = range(6)
+# more mistakes, one per rule of the race check and one more index out of bounds
+SHARED_WRITE, READ_WHILE_WRITTEN, OTHERS_ROW, OTHER_REPLICA, GLOBAL_WRITE, READ_PAST_END = \
+    range(6, 12)
 CHASERS, RUNNERS = 3, 2
 MOVES = ((0.0, 0.0), (1.0, 0.0), (-1.0, 0.0), (0.0, 1.0), (0.0, -1.0))
 
@@ -50,7 +59,6 @@ def spawn(env, agent, s, p):
     s.x[env, agent] = rng.uniform(s.rng_state, env, agent)
     s.y[env, agent] = rng.uniform(s.rng_state, env, agent)
     s.playing[env, agent] = 1
-    s.caught[env, agent] = 0
 
 
 @numba.jit(nopython=True)
@@ -61,15 +69,21 @@ def start(env, s, p):
 
 @numba.jit(nopython=True)
 def move(env, agent, s, p):
+    if p.bug == SHARED_WRITE:
+        s.leader[env] = agent  # every agent writes the same replica entry
+    elif p.bug == READ_WHILE_WRITTEN:  # the neighbour writes its x in this phase too
+        s.seen[env, agent] = numba.int32(s.x[env, (agent + 1) % s.x.shape[1]] > 0.5)
+    elif p.bug == READ_PAST_END:
+        s.seen[env, agent] = numba.int32(s.x[env, agent + 1] > 0.5)
+    elif p.bug == GLOBAL_WRITE:
+        s.deltas[0] = numba.float32(0.0)
     if s.playing[env, agent] == 0:
         return
     a = s.actions[env, agent, 0]
-    dx = numba.float32(1.0) if a == 1 else (numba.float32(-1.0) if a == 2 else numba.float32(0.0))
-    dy = numba.float32(1.0) if a == 3 else (numba.float32(-1.0) if a == 4 else numba.float32(0.0))
-    s.x[env, agent] = min(max(s.x[env, agent] + dx * p.speed, numba.float32(0.0)),
+    s.x[env, agent] = min(max(s.x[env, agent] + s.deltas[2 * a] * p.speed, numba.float32(0.0)),
                           numba.float32(1.0))
-    s.y[env, agent] = min(max(s.y[env, agent] + dy * p.speed, numba.float32(0.0)),
-                          numba.float32(1.0))
+    s.y[env, agent] = min(max(s.y[env, agent] + s.deltas[2 * a + 1] * p.speed,
+                              numba.float32(0.0)), numba.float32(1.0))
 
 
 @numba.jit(nopython=True)
@@ -91,6 +105,10 @@ def catch(env, agent, s, p):
             s.playing[env, agent] = 0
             if p.bug == RACE:  # counts itself out: several runners at once lose updates
                 s.left[env] -= 1
+            elif p.bug == OTHERS_ROW:  # credits the chaser in the chaser's own row
+                s.caught[env, chaser] = 1
+            elif p.bug == OTHER_REPLICA:
+                s.caught[(env + 1) % s.caught.shape[0], agent] = 1
             return
 
 
@@ -151,6 +169,10 @@ class Pursuit(Env):
                    agent_phase(observe))
     observe_phases = (agent_phase(observe),)
 
+    def episode_measures(self):
+        # `caught` is written by every step and left alone by the reset phases
+        return StepSums(self, runners_caught=lambda env: env.arrays["caught"].sum(1))
+
     def setup(self, config):
         self.num_agents = CHASERS + RUNNERS
         self.obs_dim = 2 + 3 * (self.num_agents - 1) + {WIDE_OBS: 1, NARROW_OBS: -1}.get(
@@ -165,8 +187,14 @@ class Pursuit(Env):
         return {"x": ArraySpec(f32, state=True), "y": ArraySpec(f32, state=True),
                 "playing": ArraySpec(i32, state=True),
                 "caught": ArraySpec(i32),
+                "leader": ArraySpec(i32, scope="env"),  # written by planted mistakes only
+                "seen": ArraySpec(i32),
+                "deltas": ArraySpec(f32, (2 * len(MOVES),), scope="global"),
                 "left": ArraySpec(i32, scope="env", state=True),
                 "timestep": ArraySpec(i32, scope="env", state=True)}
+
+    def initial_values(self):
+        return {"deltas": np.array(MOVES, dtype=np.float32).reshape(-1)}
 
     def params(self):
         c = self.config

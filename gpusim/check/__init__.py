@@ -21,26 +21,42 @@ Checks, in order (names as printed; pass any of them in `skip=` to leave it out)
                 terminated and truncated flag of every replica, and an action
                 mask (`action_mask_array`) leaves every agent a legal choice in
                 each discrete action component.
-- `finite`      no NaN or Inf in obs, reward or final_obs over the rollout.
+- `finite`      no NaN or Inf in obs, reward or final_obs over the rollout (and,
+                where the races check replayed that step, the phase, agent and
+                source line that wrote the first one).
 - `auto_reset`  some episode ends within `steps`; reset_mask equals
                 terminated | truncated; terminated and truncated are never both
                 set; a finished replica's new observation differs from its
                 final one; and after an auto-reset every state and obs entry that
                 is the same in all initial states (a timestep of 0, a full
                 count, ...) has that value again.
+- `coverage`    how the rollout's episodes ended (by termination, by truncation)
+                and how many agents left play (per-agent done); WARN, never FAIL,
+                for each of these that never happened: that path is untested.
+- `races`       the reset and the rollout's steps replayed thread by thread over
+                recording arrays (gpusim.check.races; every step of a small env, a
+                budget of accesses for a large one): no race between the agents of
+                a phase, no entry of another agent or replica written.
 - `reference`   agreement with a NumPy reference (only with `reference=`; see below).
 - `determinism` two fresh instances (same class, config, backend and seed; at most
-                64 replicas), stepped with the same random actions, give
-                bit-identical observations, rewards, flags and final observations,
-                and end in the same state, RNG streams included.
+                64 replicas), stepped with the same actions, give bit-identical
+                observations, rewards, flags and final observations, and end in
+                the same state, RNG streams included.
 - `backends`    agreement with the same env on another backend (only with
-                `compare_backend=`, e.g. "cudasim" to run the GPU kernel code,
-                with bounds checks, on the CPU).
+                `compare_backend=`, e.g. "cudasim" to run the GPU kernel code on
+                the CPU).
 
-The rollout behind step, finite, auto_reset and reference runs on `env`
-itself after `env.reset(seed=seed)`, with random actions drawn from a torch
-generator seeded with `seed`: uniform over each discrete component, and
-uniform over a range 10% wider than the bounds for continuous ones.
+On the `cpu` backend the reset, seeding and rollout launches run the env's
+kernels compiled with numba's bounds checks (gpusim.check.bounds; separate
+compile-cache entries, so the first check_env of an env compiles them once):
+an index out of bounds fails the check in one line naming the array, the index,
+the agent and replica, the phase and the source line.
+
+The rollout behind step, finite, auto_reset, coverage, races and reference runs
+on `env` itself after `env.reset(seed=seed)`, with random actions drawn from a
+torch generator seeded with `seed` (uniform over each discrete component, and
+uniform over a range 10% wider than the bounds for continuous ones), or with
+`policy(obs, step)`, or `actions[step]`.
 
 Reference protocol: `reference(state, actions)` is a callable taking
 - `state`: a dict of numpy arrays, the env's `get_state()` for the first
@@ -65,6 +81,12 @@ check_env never raises for a failing check: an exception inside a check is
 reported as that check's failure. Bad arguments raise at once. The env is
 reset and stepped (with several seeds) during the checks, and every one of
 its arrays, and its seed, are restored at the end.
+
+Also here: `check_kernel_races` (a raw numba CUDA kernel under the simulator,
+gpusim.check.raw), `check_cuda_c_races` (an env's CUDA C kernels under
+ThreadSanitizer, gpusim.check.cuda_c_races), and `first_nonfinite` /
+`env_nonfinite_message` (gpusim.check.nonfinite), which name the first NaN or
+Inf of a rollout's tensors.
 """
 from __future__ import annotations
 
@@ -77,6 +99,7 @@ from gpusim.check.bounds import checked_kernels
 from gpusim.check.compare import ActionSource, one_line
 from gpusim.check.coverage import Warning_, coverage
 from gpusim.check.replay import KernelFault
+from gpusim.check.nonfinite import env_nonfinite_message, first_nonfinite  # noqa: F401
 from gpusim.check.rollout import record_initial_states, record_rollout
 from gpusim.env import Env
 
@@ -290,3 +313,15 @@ def _check_arguments(env, reference, steps, seed, reference_steps, reference_env
     if unknown:
         raise ValueError(f"check_env: unknown check names in skip: {sorted(unknown)} "
                          f"(checks: {', '.join(CHECKS)})")
+
+
+def __getattr__(name):
+    """The checks that import heavier modules, imported when first asked for (numba's
+    CUDA simulator; the CUDA C toolchain)."""
+    if name == "check_kernel_races":
+        from gpusim.check.raw import check_kernel_races
+        return check_kernel_races
+    if name == "check_cuda_c_races":
+        from gpusim.check.cuda_c_races import check_cuda_c_races
+        return check_cuda_c_races
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

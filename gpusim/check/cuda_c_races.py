@@ -31,8 +31,8 @@ def check_cuda_c_races(env, *, steps: int = 200, repeats: int = 3, seed: int = 0
 
     The env (any backend; its arrays are copied to the CPU) is reset with `seed` and
     stepped with random actions until a replica finishes (at most `steps` steps);
-    the step kernel then runs `repeats` times from the state before that step, and the
-    reset kernel once. `build_dir` keeps the generated program (else a temporary
+    from the state before that step the step kernel runs, then the reset kernel, the
+    pair `repeats` times. `build_dir` keeps the generated program (else a temporary
     folder). Raises GpusimError, in one line, where the env has no CUDA C kernels or
     g++ or ThreadSanitizer cannot run here; the env's arrays are left as they were.
     """
@@ -54,15 +54,16 @@ def _check(env, steps, repeats, seed, build_dir) -> list:
     s, p = env.arrays.views, env._params
     (build_dir / GENERATED_HEADER).write_text(args_header(s, p, env.name))
     generated = header_params(s, p)
-    reports = []
-    for spec, times in ((env.step_kernel_spec(), repeats), (env.reset_kernel_spec(), 1)):
+    by_file = {}  # source -> its launches: one program per file, the step's first
+    for spec in (env.step_kernel_spec(), env.reset_kernel_spec()):
         source, function = locate(spec)
-        report = race_check(source.read_text(), source.name,
-                            [(function, [a.copy() for a in arrays], list(p))],
-                            env.num_envs, env.num_agents, build_dir,
-                            include_dirs(source, build_dir), repeats=times,
-                            generated=generated)
-        reports += summarize(report, function)
+        by_file.setdefault(source, []).append((function, [a.copy() for a in arrays], list(p)))
+    reports = []
+    for source, launches in by_file.items():
+        report = race_check(source.read_text(), source.name, launches, env.num_envs,
+                            env.num_agents, build_dir, include_dirs(source, build_dir),
+                            repeats=repeats, generated=generated)
+        reports += summarize(report, " and ".join(f for f, _, _ in launches))
     return list(dict.fromkeys(reports))
 
 

@@ -14,6 +14,8 @@ problem line as well.
 from __future__ import annotations
 
 import inspect
+import linecache
+import re
 import threading
 import warnings
 
@@ -31,6 +33,7 @@ from gpusim.check.replay import python_copy
 class ThreadRecorder(Recorder):
     """A Recorder for simulator threads: who runs, and how many barriers it passed, are
     per thread; segments are (block, barriers passed)."""
+    LATER = "after a cuda.syncthreads()"
 
     def __init__(self, limit: int = 20):
         self._local = threading.local()
@@ -128,9 +131,15 @@ class _Shared:
                 if isinstance(dtype, numba.types.Type):
                     dtype = numpy_support.as_dtype(dtype)
                 data = np.zeros(shape, dtype=dtype)
-                meta = array_meta(f"shared array ({site_text(where)})", "shared", data.shape)
+                meta = array_meta(_shared_name(where), "shared", data.shape)
                 self._arrays[key] = Recorded.of(data, meta, self._recorder)
             return self._arrays[key]
+
+
+def _shared_name(where) -> str:
+    """`shared hits`, from the line `hits = cuda.shared.array(...)` of the kernel."""
+    found = re.match(r"\s*(\w+)\s*=", linecache.getline(*where))
+    return f"shared {found.group(1)}" if found else f"a shared array ({site_text(where)})"
 
 
 class _RecordingCuda:

@@ -101,6 +101,8 @@ class Recorder:
     (whether the ownership rules apply) and calls `barrier()` between segments.
     """
 
+    LATER = "in a later phase"  # where a read of another thread's write belongs
+
     def __init__(self, limit: int = 20):
         self.thread = 0
         self.replica = None
@@ -222,7 +224,7 @@ class Recorder:
                       f"{index_text(meta, flat)}, which {self._thread_text(other)} "
                       f"{other_verb} between the same two barriers", where,
                       "on a GPU they run at once, so updates are lost and results depend on "
-                      "timing; write each entry from one thread, read it in a later phase")
+                      f"timing; write each entry from one thread, read it {self.LATER}")
 
     _thread_text = staticmethod(lambda thread: _thread_text(thread))
 

@@ -160,8 +160,8 @@ class ActionSource:
 
     @property
     def kind(self) -> str:
-        return "policy" if self.policy is not None else \
-            "given actions" if self.actions is not None else "random actions"
+        return "the policy" if self.policy is not None else \
+            "the given actions" if self.actions is not None else "random actions"
 
     def fresh(self):
         """`draw(env, obs, step)` for one rollout."""

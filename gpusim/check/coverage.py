@@ -41,7 +41,7 @@ def coverage(rollout) -> str:
         gaps.append("no agent left play")
         paths.append("per-agent done")
     if not gaps:
-        return f"{facts} {within}"
+        return f"{within}, {facts}"
     untested = " and ".join(paths)
     raise Warning_(f"{' and '.join(gaps)} {within} ({facts}): the {untested} "
                    f"path{'s are' if len(paths) > 1 else ' is'} untested; if the env has "

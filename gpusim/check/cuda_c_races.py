@@ -102,8 +102,8 @@ def summarize(report: str, kernel: str) -> list:
     thread, function and file:line; a report it cannot parse gives its first line."""
     if not report:
         return []
-    if "ThreadSanitizer" not in report:
-        return [f"{kernel}: {report.splitlines()[0]}"]
+    if "ThreadSanitizer" not in report:  # race_check's own line (it names the kernel)
+        return [report.splitlines()[0]]
     lines = []
     for block in report.split("==================")[1:]:
         headline = _HEADLINE.search(block)

@@ -13,9 +13,9 @@ problem line as well.
 """
 from __future__ import annotations
 
+import dis
 import inspect
-import linecache
-import re
+import sys
 import threading
 import warnings
 
@@ -124,22 +124,26 @@ class _Shared:
         self._recorder, self._arrays = recorder, {}
 
     def array(self, shape, dtype, alignment=None):
-        where = site(2)
+        frame = sys._getframe(1)
+        where = (frame.f_code.co_filename, frame.f_lineno)
         key = (_thread_id()[0], where)
         with self._recorder._lock:
             if key not in self._arrays:
                 if isinstance(dtype, numba.types.Type):
                     dtype = numpy_support.as_dtype(dtype)
                 data = np.zeros(shape, dtype=dtype)
-                meta = array_meta(_shared_name(where), "shared", data.shape)
+                meta = array_meta(_shared_name(frame, where), "shared", data.shape)
                 self._arrays[key] = Recorded.of(data, meta, self._recorder)
             return self._arrays[key]
 
 
-def _shared_name(where) -> str:
-    """`shared hits`, from the line `hits = cuda.shared.array(...)` of the kernel."""
-    found = re.match(r"\s*(\w+)\s*=", linecache.getline(*where))
-    return f"shared {found.group(1)}" if found else f"a shared array ({site_text(where)})"
+def _shared_name(frame, where) -> str:
+    """`shared hits`, for `hits = cuda.shared.array(...)` in the kernel: the name the
+    call's result is stored under (the bytecode after the call)."""
+    for instruction in dis.get_instructions(frame.f_code):
+        if instruction.offset > frame.f_lasti and instruction.opname.startswith("STORE_"):
+            return f"shared {instruction.argval}"
+    return f"a shared array ({site_text(where)})"
 
 
 class _RecordingCuda:

@@ -41,11 +41,10 @@ def test_a_read_modify_write_of_a_replica_entry_from_an_agent_phase():
     result = check_env(pursuit(RACE), verbose=False)
     assert failing(result) == ["races"]
     assert result["races"].message == (
-        "agent 4 updates left[7], a per-replica entry (reads it, then writes it), in agent "
-        f"phase 'catch' of kernel 'pursuit.step' ({at('s.left[env] -= 1')}) at step 0 (first agent "
-        "to leave play): in an agent phase only agent 0 may update a per-replica entry: two "
-        "agents updating it in one step lose one update on a GPU; update it in an env phase, "
-        "from per-agent entries written before")
+        "agents 4 and 3 both update left[0], a per-replica entry (read it, then write it), in "
+        f"agent phase 'catch' of kernel 'pursuit.step' ({at('s.left[env] -= 1')}) at step 8: "
+        "a shared count: when two agents update it in one step on a GPU, one update is lost; "
+        "update it in an env phase, from per-agent entries written before")
 
 
 def test_obs_dim_one_too_large():

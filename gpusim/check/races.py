@@ -6,7 +6,8 @@ docs/custom_env.md ("Avoiding races"):
    written by no other thread.
 2. In an agent phase, a thread writes only its own agent's entries of agent-scope
    arrays; per-replica (env-scope) entries may be shared out among the agents, one
-   writer each, but only agent 0 may update one (read it, then write it).
+   writer each, but an entry one agent updates (reads, then writes) no other agent
+   updates in that phase, in any step replayed (a shared count).
 3. A phase touches only its own replica's entries, and writes no global array.
 
 `RaceWatch` rides along the rollout. It replays the reset (replica 0) and the
@@ -47,6 +48,7 @@ class RaceWatch:
         self.nonfinite = None  # (step, line): where the first NaN or Inf replayed was written
         self.accesses = self.replica_steps = self.steps = 0
         self.events, self.missed = [], []  # (label, step) replayed, and left out
+        self.updaters = {}  # shared by the replays' recorders (Recorder.updaters)
         self._labels = set()
         self._buffer = None
 
@@ -105,7 +107,7 @@ class RaceWatch:
     # ---- replaying ---------------------------------------------------------------------
     def _replay(self, spec, arrays, first, context, step=None):
         env = self.env
-        recorder = Recorder()
+        recorder = Recorder(updaters=self.updaters)
         s = recorded_arrays(arrays, recorder, self.scopes, self.aliases)
         for e in [first] + [e for e in range(env.num_envs) if e != first]:
             if e != first and self.accesses + recorder.accesses >= self.budget:

@@ -7,10 +7,12 @@ segment (between two barriers):
 
 - a race: an element one thread writes and another thread reads or writes,
   unless both accesses are atomic (`cuda.atomic.*`, raw kernels only);
-- in an agent phase (`ownership`): a thread writing another agent's entry of
-  an agent-scope array, or a per-replica entry as an agent other than 0;
+- in an agent phase: a thread writing another agent's entry of an agent-scope
+  array (`ownership`), or a per-replica entry updated (read, then written) by
+  two different agents, in any steps (`update`: a shared count);
 - an entry of another replica read or written, a global array written;
-- an index out of bounds (raised as `OutOfBounds`, with the array and index).
+- an index out of bounds (raised as `OutOfBounds`, with the array and index);
+- the first NaN or Inf written (for the finite check's message).
 
 Elements are named by (array, flat index); the flat index becomes the full
 index only when a problem is reported. A write's source line is kept when it
@@ -65,7 +67,7 @@ class OutOfBounds(IndexError):
 class Problem:
     """One race or rule broken: what happened, the source line(s), what to do instead.
     The driver adds the phase and step: `f"{what}, in {phase} ({where}): {advice}"`."""
-    kind: str  # "race", "ownership", "replica", "global"
+    kind: str  # "race", "ownership", "update", "replica", "global", "bounds", "blocks"
     what: str
     where: str
     advice: str
@@ -98,15 +100,21 @@ class Recorder:
 
     The driver sets `thread` (an agent id, or (block, thread) in a raw kernel),
     `replica` (the replica it runs, None where any may be touched), `agent_phase`
-    (whether the ownership rules apply) and calls `barrier()` between segments.
+    (whether the agent-phase rules apply), `alone` (one thread runs the segment, so
+    nothing can race) and calls `barrier()` between segments.
     """
 
     LATER = "in a later phase"  # where a read of another thread's write belongs
 
-    def __init__(self, limit: int = 20):
+    def __init__(self, limit: int = 20, updaters: dict | None = None):
         self.thread = 0
         self.replica = None
+        self.phase = None  # the running phase's function (updates are told apart by it)
         self.agent_phase = False
+        # (phase, array, entry within a replica) -> the first agent that updated it; shared
+        # by the recorders of one check, so two agents updating one entry in different
+        # steps are seen
+        self.updaters = {} if updaters is None else updaters
         self.alone = False  # the segment runs one thread (an env phase, a guard)
         self.atomic = False
         self.accesses = 0  # recorded so far (the races check's budget)
@@ -180,13 +188,16 @@ class Recorder:
             self._seen_in_segment[key] = [None, None, None, None, thread, None] if self.atomic \
                 else [thread, site(3), None, None, None, None]
             return
-        if self.agent_phase and meta.scope == "env" and thread != 0 and not self.atomic \
-                and thread in (entry[2], entry[3]):
-            self._problem("update", meta, f"agent {thread} updates {index_text(meta, flat)}, "
-                          "a per-replica entry (reads it, then writes it)", location(3),
-                          "in an agent phase only agent 0 may update a per-replica entry: "
-                          "two agents updating it in one step lose one update on a GPU; "
-                          "update it in an env phase, from per-agent entries written before")
+        if self.agent_phase and meta.scope == "env" and not self.atomic \
+                and thread in (entry[2], entry[3]):  # an update: read, then written
+            first = self.updaters.setdefault((self.phase, meta.name, flat % meta.per_replica),
+                                             thread)
+            if first != thread:
+                self._problem("update", meta, f"agents {first} and {thread} both update "
+                              f"{index_text(meta, flat)}, a per-replica entry (read it, then "
+                              "write it)", location(3), "a shared count: when two agents "
+                              "update it in one step on a GPU, one update is lost; update it "
+                              "in an env phase, from per-agent entries written before")
         verb = "updates atomically" if self.atomic else "writes"
         if entry[0] is not None and entry[0] != thread:
             self._race(meta, flat, thread, verb, entry[0], "writes", entry[1])

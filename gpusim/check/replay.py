@@ -163,6 +163,7 @@ def replay(spec, s, p, num_agents: int, replicas, recorder: Recorder,
                         continue
                     recorder.agent_phase = not phase.per_env
                     recorder.alone = phase.per_env or num_agents == 1
+                    recorder.phase = phase.fn
                     before = len(recorder.problems)
                     if phase.per_env:
                         recorder.thread = 0

@@ -70,8 +70,8 @@ class RaceWatch:
         self.reset_phases = {p.fn for p in type(env).reset_phases}
 
     def before_step(self, t):
-        if self.done:
-            return
+        if self.done or (self.steps and self.accesses >= self.budget):
+            return  # no step is replayed any more: nothing to keep
         tensors = self.env.arrays.tensors
         if self._buffer is None:
             self._buffer = {f: tensors[f].clone() for f in self.fields}

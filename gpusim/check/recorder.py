@@ -306,7 +306,13 @@ class Recorded:
         return ids if ids.__class__ is np.ndarray else int(ids)
 
     def __getitem__(self, key):
-        flat = self._flat(key, "reads")
+        if key.__class__ is tuple and len(key) == self._ndim:  # one element: the fast path
+            try:
+                flat = self._ids.item(key)
+            except (TypeError, ValueError, IndexError):
+                flat = self._flat(key, "reads")
+        else:
+            flat = self._flat(key, "reads")
         if flat.__class__ is int:
             self._rec.read(self._meta, flat)
             return self._data[key]

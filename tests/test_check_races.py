@@ -174,3 +174,14 @@ def test_a_raw_kernel_over_an_envs_arrays(barrier):
         assert problems and "which thread" in problems[0] and "x[" in problems[0], problems
     for name, value in env.get_state().items():
         assert torch.equal(value, before[name]), name
+
+
+def test_the_cuda_simulators_index_error_is_named_too():
+    from planted_env import NARROW_OBS, Pursuit, PursuitConfig
+    env = Pursuit(num_envs=2, backend="cudasim", seed=0, config=PursuitConfig(bug=NARROW_OBS))
+    result = check_env(env, steps=5, verbose=False)
+    assert result["reset"].message.startswith(
+        "agent 0 of replica 0 writes obs[0, 0, 13]: index 13 is out of bounds for axis 2 of "
+        "size 13 (obs has shape (2, 5, 13)), in agent phase 'observe' of kernel "
+        "'pursuit.reset'")
+    assert "tid=" not in str(result)

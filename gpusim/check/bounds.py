@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import contextlib
 
+import numpy as np
+
 from gpusim.backends.base import Kernel
 from gpusim.backends.cpu import CPUBackend
 from gpusim.check.recorder import Recorder
@@ -86,17 +88,31 @@ def checking_backend(backend):
     return _TWIN if type(backend) is CPUBackend else backend
 
 
+def _checks_bounds(env) -> bool:
+    """Whether `env`'s kernels raise IndexError on numpy views (the CUDA simulator)."""
+    return all(isinstance(view, np.ndarray) for view in env.arrays.views)
+
+
+def name_faults(env):
+    """From now on, an IndexError of `env`'s kernels is replayed and named (a backend
+    whose kernels check bounds themselves on numpy arrays: the CUDA simulator)."""
+    if _checks_bounds(env) and not isinstance(env._step_kernel, CheckedKernel):
+        env._reset_kernel = CheckedKernel(env._reset_kernel, env.reset_kernel_spec())
+        env._step_kernel = CheckedKernel(env._step_kernel, env.step_kernel_spec())
+
+
 @contextlib.contextmanager
 def checked_kernels(env):
-    """Within the block, `env` launches bounds-checked kernels where its backend is `cpu`."""
-    twin = checking_backend(env.backend)
-    if twin is env.backend:
-        yield
-        return
+    """Within the block, `env` launches bounds-checked kernels where its backend is `cpu`,
+    and names an index out of bounds where its backend raises one (the CUDA simulator)."""
     saved = env._reset_kernel, env._step_kernel
-    views = env.arrays.views
-    env._reset_kernel = twin.compile(env.reset_kernel_spec(), views, env._params)
-    env._step_kernel = twin.compile(env.step_kernel_spec(), views, env._params)
+    twin = checking_backend(env.backend)
+    if twin is not env.backend:
+        views = env.arrays.views
+        env._reset_kernel = twin.compile(env.reset_kernel_spec(), views, env._params)
+        env._step_kernel = twin.compile(env.step_kernel_spec(), views, env._params)
+    else:
+        name_faults(env)
     try:
         yield
     finally:

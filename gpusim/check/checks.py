@@ -15,6 +15,7 @@ import torch
 from gpusim import masks, spaces
 from gpusim.check.compare import (first_index, index_text, lockstep, one_line, tensor_problems,
                                   value_text)
+from gpusim.check.bounds import name_faults
 from gpusim.check.replay import KernelFault
 from gpusim.check.rollout import SENTINEL
 
@@ -133,6 +134,7 @@ def backends(env, other_backend, steps, seed, atol, rtol, source=None) -> str:
     n = min(env.num_envs, 2)
     mine = _fresh(env, seed, n)
     other = _fresh(env, seed, n, backend=other_backend)
+    name_faults(other)  # the CUDA simulator's IndexError, named
     found = lockstep(mine, other, steps, seed, atol, rtol,
                      (env.backend.name, other.backend.name), source)
     if found:

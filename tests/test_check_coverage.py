@@ -132,3 +132,16 @@ def test_step_sums_refuse_a_measure_of_the_wrong_shape():
     sums = StepSums(env, wrong=lambda env: torch.zeros(3))
     with pytest.raises(GpusimError, match="measure 'wrong' gave shape \\(3,\\)"):
         sums.after_step(torch.zeros(2, dtype=torch.bool))
+
+
+def test_evaluate_prints_a_custom_envs_measures(tmp_path, capsys):
+    from gpusim import train
+    from gpusim.training import evaluate as evaluation
+    results = tmp_path / "runs"
+    assert train.main(["--env", "planted_env:Pursuit", "--backend", "cpu", "--num_envs", "4",
+                       "--rollout_len", "8", "--total_steps", "32", "--quiet",
+                       "--results_dir", str(results), "--set", "env.catch_radius=0.3"]) == 0
+    (run_dir,) = results.iterdir()
+    assert evaluation.main([str(run_dir), "--episodes", "4", "--trained_only"]) == 0
+    printed = capsys.readouterr().out
+    assert "runners_caught" in printed and "return/chaser" in printed

@@ -185,3 +185,12 @@ def test_the_cuda_simulators_index_error_is_named_too():
         "size 13 (obs has shape (2, 5, 13)), in agent phase 'observe' of kernel "
         "'pursuit.reset'")
     assert "tid=" not in str(result)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", gpusim.env_names())
+def test_builtin_envs_pass_the_races_check_with_its_defaults(name):
+    """check_env as a user first runs it: 500 steps of 8 replicas, bounds-checked kernels."""
+    env = gpusim.make(name, num_envs=8, backend="cpu", seed=0)
+    result = check_env(env, skip=("determinism",), verbose=False)
+    assert result["races"].status == "PASS", result["races"].message

@@ -121,8 +121,11 @@ class Recorder:
         self.limit = limit
         self.problems: list[Problem] = []
         self.faults: list[Problem] = []  # indices out of bounds
-        self.nonfinite: Problem | None = None  # the first NaN or Inf written
-        self.nonfinite_line: str | None = None  # ... with its phase (set by the replay)
+        # the first NaN or Inf written in the lowest replica (as the finite check finds
+        # them), and its line with the phase (set by the replay)
+        self.nonfinite: Problem | None = None
+        self.nonfinite_replica = None
+        self.nonfinite_line: str | None = None
         self._seen = set()  # (kind, array name): one problem of a kind per array
         self.barrier()
 
@@ -212,6 +215,15 @@ class Recorder:
             self._race(meta, flat, thread, verb, other, "updates atomically", None)
         if entry[0] is None:
             entry[0], entry[1] = thread, site(3)
+
+    def saw_nonfinite(self, meta, flat, value):
+        """Keep the first NaN or Inf written, the one in the lowest replica."""
+        replica = self.replica if self.replica is not None else 0
+        if self.nonfinite is not None and self.nonfinite_replica <= replica:
+            return
+        self.nonfinite = Problem("nonfinite", f"{_thread_text(self.thread)} writes "
+                                 f"{index_text(meta, flat)} = {value}", location(3), "")
+        self.nonfinite_replica, self.nonfinite_line = replica, None
 
     def out_of_bounds(self, what, where) -> OutOfBounds:
         """The exception for an index out of bounds (kept as a problem too)."""
@@ -322,11 +334,8 @@ class Recorded:
         flat = self._flat(key, "writes")
         if flat.__class__ is int:
             self._rec.write(self._meta, flat)
-            if value.__class__ in _FLOATS and not math.isfinite(value) \
-                    and self._rec.nonfinite is None:
-                self._rec.nonfinite = Problem("nonfinite", f"{_thread_text(self._rec.thread)} "
-                                              f"writes {index_text(self._meta, flat)} = {value}",
-                                              location(2), "")
+            if value.__class__ in _FLOATS and not math.isfinite(value):
+                self._rec.saw_nonfinite(self._meta, flat, value)
         else:
             for one in flat.flat:
                 self._rec.write(self._meta, int(one))

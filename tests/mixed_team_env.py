@@ -136,7 +136,8 @@ def score_choices(env, agent, s, p):
 
 @numba.jit(nopython=True)
 def start_clock(env, agent, s, p):
-    s.timestep[env] = 0
+    if agent == 0:  # one writer per replica entry (check_env's races check)
+        s.timestep[env] = 0
     s.obs[env, agent, 0] = numba.float32(agent)
     s.obs[env, agent, 1] = numba.float32(0.0)
 

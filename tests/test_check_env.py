@@ -246,7 +246,7 @@ def test_auto_reset_fails_when_no_episode_ends(cartpole):
 
 def test_an_exception_in_step_is_reported_not_raised():
     result = check_env(broken(STEP_RAISES), steps=60, verbose=False)
-    assert failing(result) == ["step", "finite", "auto_reset", "determinism"]
+    assert failing(result) == ["step", "finite", "auto_reset", "coverage", "determinism"]
     assert result["step"].message == \
         "at step 9, the rollout raised RuntimeError: launch failed"
     assert "not run past step 9" in result["finite"].message

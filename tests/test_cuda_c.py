@@ -637,3 +637,62 @@ def test_an_nvrtc_compile_leaves_python_and_torch_intact(nvrtc, tmp_path):
     torch.save({"u": torch.zeros(128, dtype=torch.uint8)}, buffer)
     buffer.seek(0)
     assert torch.load(buffer, weights_only=True)["u"].shape == (128,)
+
+
+# ---- the public entry point: gpusim.check.check_cuda_c_races --------------------------------
+TSAN_REPORT = """==================
+WARNING: ThreadSanitizer: data race (pid=1370)
+  Read of size 4 at 0x7b2c00000004 by thread T22:
+    #0 tag::tag_runners(tag::Tag const&) /tmp/build/racy_tag.cu:240 (racy_tag_race+0x3e06)
+    #1 tag_continuous_step /tmp/build/racy_tag.cu:323 (racy_tag_race+0x5719)
+
+  Previous write of size 4 at 0x7b2c00000004 by thread T21:
+    #0 tag::tag_runners(tag::Tag const&) /tmp/build/racy_tag.cu:240 (racy_tag_race+0x3e1e)
+    #1 tag_continuous_step /tmp/build/racy_tag.cu:323 (racy_tag_race+0x5719)
+
+SUMMARY: ThreadSanitizer: data race /tmp/build/racy_tag.cu:240 in tag::tag_runners(tag::Tag const&)
+==================
+ThreadSanitizer: reported 1 warnings
+"""
+
+
+def test_a_thread_sanitizer_report_is_one_line_per_race():
+    from gpusim.check.cuda_c_races import summarize
+    assert summarize(TSAN_REPORT, "tag_continuous_step") == [
+        "kernel tag_continuous_step: data race: read by thread T22 in tag::tag_runners "
+        "(racy_tag.cu:240); write by thread T21 in tag::tag_runners (racy_tag.cu:240) (two "
+        "threads of a block touch one element between two __syncthreads(), one writing)"]
+    assert summarize("", "k") == []
+    assert summarize("k: threads passed different numbers of __syncthreads()", "k") == \
+        ["k: threads passed different numbers of __syncthreads()"]
+
+
+def test_check_cuda_c_races_needs_cuda_c_kernels():
+    from gpusim.check import check_cuda_c_races
+    with pytest.raises(gpusim.GpusimError, match="env cartpole has no CUDA C kernels"):
+        check_cuda_c_races(gpusim.make("cartpole", num_envs=1, backend="cpu"))
+
+
+@pytest.mark.slow
+def test_check_cuda_c_races_of_an_env(tsan_dir, tmp_path):
+    """tag_continuous's kernels have no race; a copy adding a runner's tag reward straight into
+    its tagger's reward has one, named in one line."""
+    from gpusim.check import check_cuda_c_races
+    config = dict(num_envs=3, num_taggers=2, num_runners=12, tagging_distance=0.25,
+                  grid_length=4.0, episode_length=20)
+    assert check_cuda_c_races(make_tag(**config), build_dir=tmp_path / "clean") == []
+    source, _ = locate(make_tag(num_envs=1).step_kernel_spec())
+    racy = tmp_path / "racy_tag.cu"
+    racy.write_text(source.read_text().replace(
+        "t.a.tagged_by[i] = nearest;",
+        "t.a.tagged_by[i] = nearest;\n        t.a.reward[t.base + nearest] += t.a.tag_reward_for_tagger;"))
+
+    class RacyTag(TagContinuous):
+        cuda_c_step = f"{racy}:tag_continuous_step"
+        cuda_c_reset = f"{racy}:tag_continuous_reset"
+
+    env = RacyTag(num_envs=3, backend="cpu", config=TagContinuous.config_class.load(
+        **{k: v for k, v in config.items() if k != "num_envs"}))
+    (problem,) = check_cuda_c_races(env, build_dir=tmp_path / "racy")
+    assert problem.startswith("kernel tag_continuous_step and tag_continuous_reset: data race: ")
+    assert "in tag::tag_runners (racy_tag.cu:" in problem

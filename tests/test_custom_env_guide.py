@@ -48,8 +48,8 @@ def guide_dir(tmp_path_factory):
                 (root / match.group(1)).write_text(code)
                 written.append(match.group(1))
     assert sorted(written) == [f"{PACKAGE}/{name}" for name in
-                               ("config.py", "config.yaml", "cuda.py", "env.py", "raw.py",
-                                "reference.py", "ring_gather.cu")]
+                               ("config.py", "config.yaml", "cuda.py", "env.py",
+                                "mistakes.py", "raw.py", "reference.py", "ring_gather.cu")]
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("GPUSIM_CACHE_DIR", str(root / "cache"))  # compile cache of this test only
         mp.syspath_prepend(str(root))
@@ -102,22 +102,23 @@ def run_training(args, root: Path):
 @pytest.mark.slow
 def test_section_a_runs(guide_dir):
     ran = run_section("a", guide_dir)
-    assert ran == {"python": 2, "checked_output": 1, "train": 1}
+    assert ran == {"python": 4, "checked_output": 3, "train": 1}
 
 
 @pytest.mark.slow
 def test_section_b_runs(guide_dir):
     ran = run_section("b", guide_dir)
-    assert ran == {"python": 2, "checked_output": 0, "train": 0}
+    assert ran == {"python": 3, "checked_output": 0, "train": 0}
 
 
 @pytest.mark.slow
 def test_section_c_runs(guide_dir):
     """The CUDA C env passes check_env against its NumPy reference and the portable phases."""
-    from cuda_host.host_backend import compiler_problem
-    problem = compiler_problem(guide_dir)
+    from cuda_host.host_backend import compiler_problem, tsan_problem
+    problem = compiler_problem(guide_dir) or tsan_problem(guide_dir)
     if problem:
-        pytest.skip(f"the CUDA C kernels run on the CPU through the C++20 host shim: {problem}")
+        pytest.skip(f"the CUDA C kernels run on the CPU through the C++20 host shim, and "
+                    f"their race check under ThreadSanitizer: {problem}")
     ran = run_section("c", guide_dir)
-    assert ran == {"python": 2, "checked_output": 0, "train": 1}
+    assert ran == {"python": 3, "checked_output": 0, "train": 1}
     assert "GPUSIM_ENV_PARAMS" in (guide_dir / "gpusim_env_args.cuh").read_text()

@@ -55,6 +55,7 @@ from gpusim.arrays import ArraySpec
 from gpusim.env import Env
 from gpusim.errors import ArrayError
 from gpusim.kernels import agent_phase, env_phase
+from gpusim.measures import StepSums
 from gpusim.spaces import per_role_names
 
 from .config import TagGridworldConfig
@@ -182,6 +183,10 @@ class TagGridworld(Env):
     def draw(self, ax, frame):
         from .render import draw
         draw(ax, frame, self.config)
+
+    def episode_measures(self):
+        # the runner is tagged exactly when the episode terminates: per episode 1 or 0
+        return StepSums(self, runner_tagged=lambda env: env.arrays["terminated"])
 
     def setup(self, config):
         self.num_agents = config.num_agents

@@ -38,19 +38,45 @@ class CPUKernel(Kernel):
 class CPUBackend(Backend):
     name = "cpu"
     device = torch.device("cpu")
+    # numba's bounds checks: off for runs; check_env's twin of this backend turns them on
+    # (its kernels are other cache entries, so a run's kernels are never the checked ones)
+    boundscheck = False
 
     def view(self, tensor):
         return tensor.numpy()
 
     def _compile(self, spec):
-        source, callables = kernels.cpu_source(spec, wrap="by_reference")
-        module = cache.generated_module("cpu", source, callables, header=HEADER,
-                                        footer=DECORATE, key_parts=(numba.__version__, FORM))
+        wrap = "by_reference_checked" if self.boundscheck else "by_reference"
+        source, callables = kernels.cpu_source(spec, wrap=wrap)
+        # the checked twin runs serially: it compiles in half the time, and check_env's
+        # small rollouts gain nothing from threads
+        options = dict(boundscheck=True) if self.boundscheck else {}
+        parallel = not self.boundscheck
+        header, footer = HEADER, DECORATE
+        if self.boundscheck:
+            header += "\nfrom gpusim.backends.cpu_refs import by_reference_checked"
+            footer = footer.replace('error_model="numpy"', 'error_model="numpy", boundscheck=True')
+            footer = footer.replace("parallel=True", "parallel=False")
+        module = cache.generated_module("cpu", source, callables, header=header,
+                                        footer=footer, key_parts=(numba.__version__, FORM))
         if module is not None:
             return CPUKernel(module.kernel)
-        namespace = dict(callables, prange=numba.prange, by_reference=cpu_refs.by_reference,
-                         __kernel_name__=spec.name)
+        namespace = dict(callables, prange=numba.prange, __kernel_name__=spec.name,
+                         **{wrap: getattr(cpu_refs, wrap)})
         kernels.build(source, namespace)
-        replicas = numba.njit(error_model="numpy", forceinline=True)
+        replicas = numba.njit(error_model="numpy", forceinline=True, **options)
         namespace["replicas"] = replicas(namespace["replicas"])
-        return CPUKernel(numba.njit(parallel=True, error_model="numpy")(namespace["kernel"]))
+        return CPUKernel(numba.njit(parallel=parallel, error_model="numpy", **options)(
+            namespace["kernel"]))
+
+    def _build(self, spec, s, p):
+        if not self.boundscheck:
+            return super()._build(spec, s, p)
+        # every function compiled for the checked kernel checks its indices: the phases and
+        # their helpers compile anew for its layout-"A" arrays (cpu_refs)
+        saved = numba.core.config.BOUNDSCHECK
+        numba.core.config.BOUNDSCHECK = 1
+        try:
+            return super()._build(spec, s, p)
+        finally:
+            numba.core.config.BOUNDSCHECK = saved

@@ -17,6 +17,11 @@ function, where LLVM sees that nothing writes the tuple and keeps its fields
 in registers. Its arrays have a null meminfo, which numba's reference
 counting skips: the kernel's caller holds the arrays for the whole call.
 CUDA kernels keep the tuples (device functions count no references).
+
+`by_reference_checked` is the same for check_env's bounds-checked kernels, with
+every C-contiguous array typed as layout "A": the phases and every helper that
+takes an array then compile as new overloads (with numba's bounds checks), so
+the overloads a run's kernels use are never the checked ones, nor the reverse.
 """
 from numba.core import cgutils, types
 from numba.core.datamodel import models
@@ -65,6 +70,34 @@ def _uncounted(context, builder, tuple_type, value):
             array.meminfo = cgutils.get_null_value(array.meminfo.type)
             value = builder.insert_value(value, array._getvalue(), k)
     return value
+
+
+def _any_layout(tuple_type):
+    """`tuple_type` with its C-contiguous arrays as layout "A" (same data model)."""
+    members = [t.copy(layout="A") if isinstance(t, types.Array) and t.layout == "C" else t
+               for t in tuple_type]
+    if isinstance(tuple_type, types.NamedUniTuple) or isinstance(tuple_type, types.NamedTuple):
+        return types.NamedTuple(members, tuple_type.instance_class)
+    return types.Tuple(members)
+
+
+@intrinsic
+def by_reference_checked(typingctx, tup):
+    """`by_reference` with the arrays retyped as layout "A" (see the module's docstring)."""
+    if not isinstance(tup, types.BaseNamedTuple):
+        return by_reference(typingctx, tup)
+    target = _any_layout(tup)
+
+    def codegen(context, builder, signature, args):
+        value = _uncounted(context, builder, tup, args[0])
+        cast = context.get_constant_undef(target)
+        for k, (src, dst) in enumerate(zip(tup, target)):
+            member = builder.extract_value(value, k)
+            cast = builder.insert_value(cast, context.cast(builder, member, src, dst), k)
+        slot = cgutils.alloca_once(builder, cast.type)
+        builder.store(cast, slot)
+        return slot
+    return TupleRef(target)(tup), codegen
 
 
 @intrinsic

@@ -15,6 +15,8 @@ import torch
 from gpusim import masks, spaces
 from gpusim.check.compare import (first_index, index_text, lockstep, one_line, tensor_problems,
                                   value_text)
+from gpusim.check.bounds import name_faults
+from gpusim.check.replay import KernelFault
 from gpusim.check.rollout import SENTINEL
 
 _FRESH_MAX_ENVS = 64  # replicas of the fresh instances built for determinism
@@ -115,10 +117,10 @@ def reset(env, seed) -> str:
     return f"obs {tuple(obs.shape)} float32 on {env.device}, every entry written"
 
 
-def determinism(env, steps, seed) -> str:
+def determinism(env, steps, seed, source=None) -> str:
     n = min(env.num_envs, _FRESH_MAX_ENVS)
     found = lockstep(_fresh(env, seed, n), _fresh(env, seed, n), steps, seed, 0.0, 0.0,
-                     ("first", "second"))
+                     ("first", "second"), source)
     if found:
         raise Failure(f"two fresh instances with seed {seed} differ {found}: phases "
                       "must draw only from gpusim.rng on s.rng_state (no np.random, no "
@@ -128,12 +130,13 @@ def determinism(env, steps, seed) -> str:
            f"over {steps} steps"
 
 
-def backends(env, other_backend, steps, seed, atol, rtol) -> str:
+def backends(env, other_backend, steps, seed, atol, rtol, source=None) -> str:
     n = min(env.num_envs, 2)
     mine = _fresh(env, seed, n)
     other = _fresh(env, seed, n, backend=other_backend)
+    name_faults(other)  # the CUDA simulator's IndexError, named
     found = lockstep(mine, other, steps, seed, atol, rtol,
-                     (env.backend.name, other.backend.name))
+                     (env.backend.name, other.backend.name), source)
     if found:
         raise Failure(f"{env.backend.name} and {other.backend.name} differ {found}")
     return (f"{env.backend.name} and {other.backend.name} agree over {steps} steps "
@@ -185,6 +188,8 @@ def _initial_constants(samples) -> dict:
 def step(rollout) -> str:
     if rollout.error is not None:
         t, exc = rollout.error
+        if isinstance(exc, KernelFault):
+            raise KernelFault(f"at step {t}, {exc}")
         raise Failure(f"at step {t}, the rollout raised {type(exc).__name__}: {one_line(exc)}")
     if rollout.malformed:
         raise Failure("step() returned " + "; ".join(rollout.malformed))
@@ -211,11 +216,14 @@ def _fail_if_stopped(rollout):
         raise Failure("not run: step() outputs are malformed (see the step check)")
 
 
-def finite(rollout) -> str:
+def finite(rollout, source=None) -> str:
+    """`source`: (step, line), where the races check's replay saw the first NaN or Inf
+    written, named where it is that step's."""
     for t, record in enumerate(rollout.steps):
         if record.nonfinite is not None:
             name, idx, value = record.nonfinite
-            raise Failure(f"at step {t}, {name}{index_text(idx)} = {value_text(value)}")
+            written = f": {source[1]}" if source and source[0] == t else ""
+            raise Failure(f"at step {t}, {name}{index_text(idx)} = {value_text(value)}{written}")
     _fail_if_stopped(rollout)
     return f"no NaN or Inf in obs, reward and final_obs over {rollout.num_steps} steps"
 

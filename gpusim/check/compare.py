@@ -149,11 +149,42 @@ def _policy_actions(generator, num_envs, spec) -> torch.Tensor:
     return torch.stack(cols, dim=-1).to(torch.int32)
 
 
+class ActionSource:
+    """Where check_env's rollouts take their actions, the same in every rollout:
+    `random_actions` from a generator seeded with `seed`; or `policy(obs, step)`, a
+    callable given the observation and the step index; or `actions[step]`, a sequence
+    of per-step actions. Actions are in any form `env.step` takes."""
+
+    def __init__(self, seed: int, policy=None, actions=None):
+        self.seed, self.policy, self.actions = seed, policy, actions
+
+    @property
+    def kind(self) -> str:
+        return "the policy" if self.policy is not None else \
+            "the given actions" if self.actions is not None else "random actions"
+
+    def fresh(self):
+        """`draw(env, obs, step)` for one rollout."""
+        generator = torch.Generator().manual_seed(self.seed)
+
+        def draw(env, obs, step):
+            if self.policy is not None:
+                return self.policy(obs, step)
+            if self.actions is not None:
+                return self.actions[step]
+            return random_actions(generator, env)
+        return draw
+
+
 def actions_to(actions, device):
     """`actions` (a tensor or a dict of them) on `device`."""
     if isinstance(actions, dict):
-        return {name: a.to(device) for name, a in actions.items()}
-    return actions.to(device)
+        return {name: _to(a, device) for name, a in actions.items()}
+    return _to(actions, device)
+
+
+def _to(value, device):
+    return value.to(device) if isinstance(value, torch.Tensor) else value  # env.step checks
 
 
 def replica_rows(actions, n: int):
@@ -163,15 +194,18 @@ def replica_rows(actions, n: int):
     return as_numpy(actions)[:n]
 
 
-def lockstep(a, b, steps, seed, atol, rtol, labels):
-    """Step two envs with the same random actions; the first difference as text, or None."""
-    gen = torch.Generator().manual_seed(seed)
-    found = mismatch("obs", a.reset(seed=seed), b.reset(seed=seed), atol, rtol, labels=labels)
+def lockstep(a, b, steps, seed, atol, rtol, labels, source=None):
+    """Step two envs with the same actions (`source`, an ActionSource; by default random
+    from `seed`); the first difference as text, or None."""
+    draw = (source or ActionSource(seed)).fresh()
+    obs = a.reset(seed=seed)
+    found = mismatch("obs", obs, b.reset(seed=seed), atol, rtol, labels=labels)
     if found:
         return f"after reset: {found}"
     for t in range(steps):
-        actions = random_actions(gen, a)
+        actions = draw(a, obs, t)
         out_a = a.step(actions_to(actions, a.device))
+        obs = out_a[0]
         out_b = b.step(actions_to(actions, b.device))
         done = as_numpy(out_a[2] | out_a[3])
         for k, name in enumerate(("obs", "reward", "terminated", "truncated")):

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from gpusim import masks
-from gpusim.check.compare import (actions_to, as_numpy, first_index, random_actions,
+from gpusim.check.compare import (ActionSource, actions_to, as_numpy, first_index,
                                   replica_rows, reference_difference,
                                   reference_problem, tensor_problems)
 
@@ -60,6 +60,9 @@ class StepRecord:
     finished: Finished | None = None
     reference: ReferenceStep | None = None
     dead_mask: str | None = None  # the action mask leaves an agent no legal choice: how
+    terminated: int = 0  # replicas that ended by termination, by truncation
+    truncated: int = 0
+    agents_left: int = 0  # agents that left play (per-agent done) in this step
 
 
 @dataclass
@@ -71,6 +74,8 @@ class Rollout:
     atol: float  # the reference's tolerance: atol + rtol * |reference|
     rtol: float
     state_scopes: dict  # state array name -> scope
+    actions: str = "random actions"  # what drove it (ActionSource.kind)
+    per_agent_done: bool = False  # whether the env declares agent_active_array
     steps: list = field(default_factory=list)
     malformed: list = field(default_factory=list)  # what is wrong with step()'s first outputs
     error: tuple | None = None  # (step, exception) that stopped the rollout
@@ -94,22 +99,28 @@ def record_initial_states(env, seed) -> InitialStates:
 
 
 def record_rollout(env, steps, seed, reference=None, *, reference_steps=0, reference_envs=0,
-                   atol=0.0, rtol=0.0) -> Rollout:
-    """env.reset(seed=seed), then `steps` steps of random actions from a torch generator
-    seeded with `seed`; the first `reference_steps` are also asked of `reference`, from
-    the state before the step. Stops at the first exception, or after a first step whose
-    outputs are malformed."""
+                   atol=0.0, rtol=0.0, source=None, watch=None) -> Rollout:
+    """env.reset(seed=seed), then `steps` steps with actions from `source` (an
+    ActionSource; by default random from a torch generator seeded with `seed`); the first
+    `reference_steps` are also asked of `reference`, from the state before the step.
+    `watch` (gpusim.check.races.RaceWatch) sees the arrays before the reset and each
+    step. Stops at the first exception, or after a first step whose outputs are
+    malformed."""
     n = min(reference_envs, env.num_envs)
+    source = source or ActionSource(seed)
     rollout = Rollout(steps, env.obs_dim, n, atol, rtol,
-                      {name: env.arrays.specs[name].scope for name in env.arrays.state_names()})
-    generator = torch.Generator().manual_seed(seed)
+                      {name: env.arrays.specs[name].scope for name in env.arrays.state_names()},
+                      source.kind, env.agent_active_array is not None)
+    draw = source.fresh()
     t = 0  # the step an exception is reported at
     try:
-        env.reset(seed=seed)
+        if watch is not None:
+            watch.before_reset(seed)
+        obs = env.reset(seed=seed)
         for t in range(steps):
             record = StepRecord()
             rollout.steps.append(record)
-            actions = actions_to(random_actions(generator, env), env.device)
+            actions = actions_to(draw(env, obs, t), env.device)
             if reference is not None and t < reference_steps and rollout.reference_error is None:
                 state, replica_actions = _state_rows(env, slice(0, n)), replica_rows(actions, n)
                 try:
@@ -118,12 +129,19 @@ def record_rollout(env, steps, seed, reference=None, *, reference_steps=0, refer
                     rollout.reference_error = (t, exc)
                 else:
                     record.reference = ReferenceStep(reference_problem(answer, state))
+            active = env.agent_active()
+            active = None if active is None else active.clone()
+            if watch is not None:
+                watch.before_step(t)
             out = _step(env, actions)
             if t == 0:
                 rollout.malformed = _output_problems(env, out)
                 if rollout.malformed:
                     break
-            _record_step(env, out, record)
+            _record_step(env, out, record, active)
+            if watch is not None:
+                watch.after_step(t, out, active)
+            obs = out[0]
             if record.reference is not None and record.reference.problem is None:
                 _compare_with_reference(env, out, answer, rollout, record.reference)
     except Exception as exc:
@@ -160,17 +178,26 @@ def _output_problems(env, out) -> list:
     return problems
 
 
-def _record_step(env, out, record):
-    """The facts of one step's outputs; turns the flags' sentinel bytes back into bools."""
+def _record_step(env, out, record, active):
+    """The facts of one step's outputs (`active`: agent_active() before it, or None);
+    turns the flags' sentinel bytes back into bools."""
     obs, reward, terminated, truncated, info = out
-    record.unwritten = _first_true({
-        "obs": obs == float(SENTINEL),
-        "reward": reward == float(SENTINEL),
-        "terminated": terminated.view(torch.uint8) == FLAG_SENTINEL,
-        "truncated": truncated.view(torch.uint8) == FLAG_SENTINEL})
+    # every entry written when the minimum is above the sentinel (NaN: looked at whole)
+    if not (float(obs.min()) > SENTINEL and float(reward.min()) > SENTINEL
+            and int(terminated.view(torch.uint8).max()) < FLAG_SENTINEL
+            and int(truncated.view(torch.uint8).max()) < FLAG_SENTINEL):
+        record.unwritten = _first_true({
+            "obs": obs == float(SENTINEL),
+            "reward": reward == float(SENTINEL),
+            "terminated": terminated.view(torch.uint8) == FLAG_SENTINEL,
+            "truncated": truncated.view(torch.uint8) == FLAG_SENTINEL})
     for flag in (terminated, truncated):  # sentinel bytes back to plain bools
         flag.copy_(flag.view(torch.uint8) != 0)
     done = terminated | truncated
+    record.terminated, record.truncated = int(terminated.sum()), int(truncated.sum())
+    if active is not None:  # in finished replicas, who was in play when they ended
+        now = torch.where(done[:, None], env.final_active(), env.agent_active())
+        record.agents_left = int((active & ~now).sum())
     record.nonfinite = _first_nonfinite(
         {"obs": obs, "reward": reward, 'info["final_obs"]': info["final_obs"]}, done)
     wrong = first_index(info["reset_mask"] != done)
@@ -197,6 +224,8 @@ def _compare_with_reference(env, out, answer, rollout, reference_step):
 def _first_nonfinite(values: dict, done):
     """(name, index, value) of the first NaN or Inf in `values`, or None; in
     info["final_obs"] only finished replicas count."""
+    if all(bool(torch.isfinite(value.sum(dtype=torch.float64))) for value in values.values()):
+        return None  # a finite sum: every entry finite (an overflow is looked at whole)
     nonfinite = {name: ~torch.isfinite(value) for name, value in values.items()}
     nonfinite['info["final_obs"]'] &= done.view(-1, 1, 1)
     found = _first_true(nonfinite)

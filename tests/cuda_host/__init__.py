@@ -1,1 +1,1 @@
-"""Test helpers that run gpusim's CUDA C kernels on the CPU (see host_shim.h)."""
+"""Test helpers that run gpusim's CUDA C kernels on the CPU (gpusim/check/host_shim.cuh)."""

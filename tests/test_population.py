@@ -306,7 +306,7 @@ def test_members_train_on_their_rows_in_play():
     active[:, 0:4, 0] = False      # member 0: a third of its rows out of play
     active[:, 4:8, :] = False      # member 1: every row
     active[:, 8:12, 2] = False     # member 2: a third
-    units, weights = algorithm.units(runner.buffer)
+    units, weights = algorithm.units(runner)
     flat = active.reshape(-1)
     every = active[:, 0:4].numel()
     assert [u.shape[0] for u in units] == [every * 2 // 3, every, every * 2 // 3]

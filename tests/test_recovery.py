@@ -185,3 +185,17 @@ def test_a_checkpoint_write_that_fails_keeps_the_previous_one(tmp_path, monkeypa
                               "No space left on device")
     assert sorted(p.name for p in directory.iterdir()) == ["checkpoint_000001.pt"]  # no .tmp
     assert checkpoint.load_latest(directory)["iteration"] == 1
+
+
+def test_a_run_stopped_by_the_envs_nan_reward_says_so_first(tmp_path, capsys):
+    """An env whose reward is NaN (planted: the square root of a negative number): the
+    line names the env, its reward array, the step, replica and agent, not the learning
+    rate."""
+    code = train.main(["--env", "planted_env:Pursuit", "--backend", "cpu", "--quiet",
+                       "--results_dir", str(tmp_path), "--total_steps", "512",
+                       "--set", "env.bug=4", "--set", "trainer.num_envs=4",
+                       "--set", "trainer.rollout_len=16"])
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("error:")]
+    assert code == 1
+    assert "env pursuit returned runner reward[step 0, replica 0, runner 0] = nan" in line
+    assert "not the learning" in line and "lower trainer.lr" not in line

@@ -240,7 +240,7 @@ def test_out_of_play_weigh_trains_every_row():
             trainer.algorithm.collect(0)
             if not buf.active.all():
                 break
-        (units,), weights = trainer.algorithm.units(buf)
+        (units,), weights = trainer.algorithm.units(trainer.algorithm.policies[1])
         counts[choice] = (units.shape[0], weights is None)
         in_play = int(buf.active.sum())
     assert counts["skip"] == (in_play, True)

@@ -27,6 +27,7 @@ import time
 
 import torch
 
+from gpusim.check.nonfinite import env_nonfinite_message
 from gpusim.errors import GpusimError, describe
 from gpusim.scale import distributed as dist
 from gpusim.scale.device import DeviceContext
@@ -219,9 +220,13 @@ class Trainer:
                 owner = next(name for name, end in zip(params, ends) if index < end)
                 problem = f"policy '{owner}' has non-finite parameters"
         if problem is not None:
+            source = env_nonfinite_message(self.env.name, *self.algorithm.rollout_outputs())
+            if source is not None:  # the env's outputs, not the learning: say that first
+                raise Diverged(f"training stopped at iteration {self.iteration + 1}: {source} "
+                               f"(then {problem}); nothing of it was logged or checkpointed")
             raise Diverged(f"training diverged at iteration {self.iteration + 1}: {problem}; "
-                           "it was neither logged nor checkpointed; lower trainer.lr or "
-                           "check the env's rewards")
+                           "it was neither logged nor checkpointed (the env's rewards and "
+                           "observations were finite); lower trainer.lr")
 
     def solved(self) -> bool:
         """Whether every policy reached `target_return` over the last 100 finished episodes

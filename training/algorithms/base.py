@@ -135,6 +135,12 @@ class Algorithm:
         """Policy name -> its module (every trained parameter: the finite check reads them)."""
         raise NotImplementedError
 
+    def rollout_outputs(self) -> tuple:
+        """(name -> tensor, name -> its axes' names): what the env returned in the last
+        rollout as the algorithm keeps it, where a diverged run looks for a non-finite
+        source before blaming the learning."""
+        return {}, {}
+
     def state_dict(self) -> dict:
         raise NotImplementedError
 

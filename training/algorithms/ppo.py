@@ -19,6 +19,7 @@ is a population of one); a league (training.league), against pools of past selve
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import replace
 
 import torch
@@ -54,10 +55,7 @@ class PPO(Algorithm):
     # ---- the rollout ------------------------------------------------------------------
     def collect(self, env_steps: int):
         """A rollout (its CUDA graph replayed, once captured: one section, "rollout")."""
-        if self.rollout_graph.graph is None:
-            self.rollout_graph()
-            return
-        with self.timer("rollout"):
+        with self.timer("rollout") if self.rollout_graph.graph is not None else nullcontext():
             self.rollout_graph()
 
     @torch.no_grad()
@@ -159,8 +157,11 @@ class PPO(Algorithm):
         (of rows, or of agent sequences for a recurrent policy); the mean statistics."""
         cfg, buf = self.cfg, p.buffer
         with torch.no_grad():
-            if not self.bptt_len:  # (else the rollout stored each step's value)
-                self.rollout_values(p, units[0][:, 0] if self._only_in_play(weights) else None)
+            if not self.bptt_len:  # (else stored per step); the units' rows' only, where
+                some = self.env.agent_active_array is not None or self.league.trains_on(p.name)
+                rows = units[0][:, 0] if self.members.solo and weights is None and some \
+                    and not self.central else None
+                self.rollout_values(p, rows)
             state = self.env.global_state() if self.central else None
             next_value = self.values(p, self.next_obs, state, self.actors.memory.get(p.name))
             advantages, returns = p.gae(buf.rewards, buf.values, buf.dones, next_value.float())
@@ -175,9 +176,8 @@ class PPO(Algorithm):
     def rollout_values(self, p: Policy, in_play):
         """Every step's value, in one critic call over the stored rollout (the critic does
         not act, so it need not run per step); with `in_play` (flat rows, a local critic)
-        the values of those rows only. The others' are never read: an agent in play and
-        not done at step t is in play at t + 1, so GAE reaches a row out of play only from
-        rows out of play, which the update leaves out."""
+        the values of those rows only: GAE never reads the others from them (a row in play
+        and not done at t is in play at t + 1; a league's replicas are fixed)."""
         buf = p.buffer
         if not self.members.solo:  # the members' replicas leading (the stacked nets split
             states = None if buf.states is None else buf.states.transpose(0, 1)  # dim 0)
@@ -283,11 +283,6 @@ class PPO(Algorithm):
         compacted = all(u.shape[0] == k.shape[0] for u, k in zip(units, in_play))
         return units, None if compacted and self.members.solo else active.float()
 
-    def _only_in_play(self, weights) -> bool:
-        """Whether only the units' rows need values: in play, a solo run's, a local critic."""
-        return (self.members.solo and weights is None and not self.central
-                and self.env.agent_active_array is not None)
-
     def _store_orders(self, name: str, units: list, weights):
         """Each epoch's shuffle of every member's units, from the member's own generator,
         kept in place where their sizes are unchanged (a captured update reads them)."""
@@ -344,6 +339,11 @@ class PPO(Algorithm):
         for graph in (self.rollout_graph, self.update_graph,
                       *(graph for p in self.policies for graph in p.graphs())):
             graph.drop()  # capture again, after the loaded state
+
+    def rollout_outputs(self) -> tuple:
+        arrays = {f"{p.name} {name}": getattr(p.buffer, field) for p in self.policies
+                  for name, field in (("reward", "rewards"), ("obs", "obs"))}
+        return arrays, {key: ("step", "replica", key.split()[0]) for key in arrays}
 
     def rank_state_dict(self) -> dict:
         return {"league": self.league.rank_state_dict()}

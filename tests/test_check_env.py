@@ -335,3 +335,12 @@ def test_a_mask_that_leaves_an_agent_no_choice_fails_the_step_check_at_its_step(
     assert "no legal choice for action component 0 after reset (step 0)" in result["reset"].message
     walls = gpusim.make("tag_gridworld", num_envs=4, backend="cpu", mask_walls=True)
     assert check_env(walls, steps=50, skip=("determinism",), verbose=False)["step"].ok
+
+
+def test_an_observation_alike_in_every_sampled_initial_state_is_no_constant():
+    """tag_continuous: a runner's k-th neighbour can be a runner in all 16 initial states
+    sampled and a tagger after an auto-reset; only state arrays are held to their constants
+    (the reset check sees every obs entry written)."""
+    env = gpusim.make("tag_continuous", num_envs=8, backend="cpu", seed=0)
+    result = check_env(env, steps=500, verbose=False)
+    assert result["auto_reset"].ok, result["auto_reset"].message

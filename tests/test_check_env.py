@@ -341,6 +341,6 @@ def test_an_observation_alike_in_every_sampled_initial_state_is_no_constant():
     """tag_continuous: a runner's k-th neighbour can be a runner in all 16 initial states
     sampled and a tagger after an auto-reset; only state arrays are held to their constants
     (the reset check sees every obs entry written)."""
-    env = gpusim.make("tag_continuous", num_envs=8, backend="cpu", seed=0)
-    result = check_env(env, steps=500, verbose=False)
+    env = gpusim.make("tag_continuous", num_envs=8, backend="cpu", seed=0, episode_length=60)
+    result = check_env(env, steps=130, verbose=False, skip=("determinism", "races"))
     assert result["auto_reset"].ok, result["auto_reset"].message

@@ -4,8 +4,9 @@ The algorithms write their losses as plain functions of tensors; what is here wr
 the speed around them, picked once when an algorithm is built.
 
 **The Adam.** `Adam(params, lr, eps, max_grad_norm, members)` keeps per parameter its
-two moments, and one step count per member; each member has its own learning rate and clipping norm and
-depends on its own slices alone, so member k steps exactly as its solo run's Adam would.
+two moments, and one step count per member; each member has its own learning rate and
+clipping norm and depends on its own slices alone, so member k steps exactly as its solo
+run's Adam would.
 It runs two ways, with the same state:
 
 - `step(grads)`, eagerly: `clip_grad_norm_`'s arithmetic, then torch's fused Adam kernel
@@ -249,15 +250,12 @@ class MinibatchStep:
     def _padded(self, part: list, n: int) -> list:
         """The chunk's inputs padded to `chunk` units with copies of its first unit, weighing
         0 (finite terms, so 0 times them is 0)."""
-        rows, adv, returns, weights = part
-        extra = self.chunk - n
-        d = self.unit_dim
+        extra, d = self.chunk - n, self.unit_dim
 
         def grow(x, fill=None):
             more = x.narrow(d, 0, 1).expand(*x.shape[:d], extra, *x.shape[d + 1:])
             return torch.cat([x, more if fill is None else torch.full_like(more, fill)], d)
-        if weights is None:
-            weights = torch.ones(rows.shape, device=adv.device)
+        rows, adv, returns, weights = part  # (weights: every padded step has them)
         return [grow(rows), grow(adv), grow(returns), grow(weights, 0.0)]
 
 

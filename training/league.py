@@ -286,11 +286,10 @@ class League:
             sums.index_add_(0, learner, (ret * done).sum(0))
             counts.index_add_(0, learner, done.sum(0))
         if self.distributed:
-            flat = torch.cat([*games.values(), *wins.values(), sums, counts])
+            shared = [*games.values(), *wins.values(), sums, counts]
+            flat = torch.cat(shared)
             torch.distributed.all_reduce(flat)
-            parts = flat.split([*(len(g) for g in games.values()), *(len(w) for w in wins.values()),
-                                len(sums), len(counts)])
-            for target, part in zip([*games.values(), *wins.values(), sums, counts], parts):
+            for target, part in zip(shared, flat.split([len(t) for t in shared])):
                 target.copy_(part)
         for name, pool in self.pools.items():
             pool.games.mul_(DECAY).add_(games[name])

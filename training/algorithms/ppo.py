@@ -27,12 +27,12 @@ import torch
 from gpusim.errors import GpusimError
 
 from .. import losses
-from ..losses import take
 from ..models import make_model
 from ..population import Members
 from .base import Algorithm
 from .ppo_build import Policy, build
 from .ppo_config import CPU_COMPILE_MIN_STEPS, A2CConfig, PPOConfig, check_for_env
+
 
 class PPO(Algorithm):
     Config = PPOConfig
@@ -199,14 +199,14 @@ class PPO(Algorithm):
         if learning is not None:
             rows = rows[learning]
             weights = None if weights is None else weights[learning]
-        adv = take(advantages, rows)
+        adv = losses.take(advantages, rows)
         if weights is None:
             total = rows.shape[-1] if dim else rows.numel()
         else:
             total = weights.sum(dim, keepdim=dim is not None).clamp_min(1.0)
         if self.cfg.norm_adv and (rows.shape[-1] if dim else adv.numel()) > 1:
             adv = losses.normalized(adv, weights, total, dim)
-        stats = p.step(rows, adv, take(returns, rows), weights, total, learning)
+        stats = p.step(rows, adv, losses.take(returns, rows), weights, total, learning)
         if learning is None:
             return stats
         return stats.new_zeros((self.members.count,) + stats.shape[1:]).index_copy_(
@@ -233,10 +233,9 @@ class PPO(Algorithm):
         with a population's members)."""
         def flat(field):
             x = getattr(buf, field)
-            return take(x.view((-1,) + x.shape[3:]), rows)
-        critic_obs = None
-        if buf.states is not None:  # a row's replica state: its (step, replica) row
-            critic_obs = take(buf.states.view(-1, buf.states.shape[-1]), rows // buf.obs.shape[2])
+            return losses.take(x.view((-1,) + x.shape[3:]), rows)
+        critic_obs = None if buf.states is None else losses.take(  # its (step, replica) row
+            buf.states.view(-1, buf.states.shape[-1]), rows // buf.obs.shape[2])
         inputs = (flat("obs"), flat("actions"), None if buf.masks is None else flat("masks"),
                   critic_obs)
         if self.bptt_len:
@@ -246,7 +245,7 @@ class PPO(Algorithm):
                 (first // (per_step * self.bptt_len)) * per_step + first % per_step]
             resets = torch.zeros(rows.shape, dtype=torch.bool, device=rows.device)
             if rows.shape[1] > 1:  # an episode that ended with step l-1 restarts the state at l
-                resets[:, 1:] = take(buf.dones.reshape(-1), rows[:, :-1])
+                resets[:, 1:] = losses.take(buf.dones.reshape(-1), rows[:, :-1])
             inputs = inputs + (start_state, resets)
         return {"inputs": inputs, "log_probs": flat("log_probs"), "values": flat("values")}
 
@@ -372,7 +371,7 @@ def minibatches(units: list, orders: list, weights, num_minibatches: int, name: 
         for j in range(num_minibatches):
             part = rows[j * size:(j + 1) * size]
             part = part if part.shape[1] > 1 else part[:, 0]
-            yield part, None if weights is None else take(weights, part)
+            yield part, None if weights is None else losses.take(weights, part)
         return
     size = max(sizes)
     rows = torch.empty((num_minibatches, len(picked), size), dtype=torch.long,
@@ -390,7 +389,7 @@ def minibatches(units: list, orders: list, weights, num_minibatches: int, name: 
             yield rows[j], None
         else:
             held = torch.ones(rows[j].shape, device=rows.device) if weights is None \
-                else take(weights, rows[j])
+                else losses.take(weights, rows[j])
             yield rows[j], held if valid is None else held * valid[j]
 
 

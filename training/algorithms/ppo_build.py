@@ -1,8 +1,8 @@
 """What a PPO run is made of, and how it runs, chosen once when it is built (ppo.py).
 
-`build`: the rollout buffers' size checked, then `make_policies`: each policy's model (made from the run's seed; a population's from
-each member's seed, as its solo run makes them, then stacked), its Adam and rollout
-buffer. `choose_speed`: the device's speed wrapped around PPO's plain methods, in one
+`build`: the rollout buffers' size checked, then `make_policies`: each policy's model
+(made from the run's seed; a population's from each member's seed, as its solo run
+makes them, then stacked), its Adam and rollout buffer; the league, if any. `choose_speed`: the device's speed wrapped around PPO's plain methods, in one
 place: on a CUDA device the rollout (`PPO.rollout`) and the whole update
 (`PPO.update_all`) are replayed as CUDA graphs where their shapes are fixed; where rows
 out of play are left out, the update runs eagerly around graphs of its fixed-size

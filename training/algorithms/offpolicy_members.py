@@ -246,7 +246,7 @@ class MembersStep:
                  for _ in range(algo.step_draws(due))]  # in a solo step's order, per member
         opts = {name: (adam.exp_avg, adam.exp_avg_sq, adam.step_count, adam.lr,
                        adam.max_grad_norm) for name, adam in g.optimizer.by_name.items()}
-        view = SimpleNamespace(model=g.model.template, spec=g.spec, updates=g.updates,
+        view = SimpleNamespace(model=g.model.template, spec=g.spec,
                                optimizer=g.optimizer)
         step = functools.partial(self._member_step, view, due)
         stats, td = torch.func.vmap(step)(

@@ -110,7 +110,8 @@ class NetsOn:
     member's (offpolicy_members.MemberNets) runs the same on its own slices and draws."""
 
     def __init__(self, g, actor: dict, critics: dict, tau: float = 0.0, draws=()):
-        self.model, self.spec, self.updates = g.model, g.spec, g.updates
+        self.model, self.spec = g.model, g.spec  # (no step count: a compiled step would
+        # recompile for every value of it)
         self.actor_params, self.critic_params, self.tau = actor, critics, tau
         self.draws = iter(draws)  # shared with the copies `with_actor` makes
 

@@ -316,3 +316,20 @@ def test_members_train_on_their_rows_in_play():
     assert flat[units[0][:, 0]].all() and flat[units[2][:, 0]].all()
     assert torch.equal(weights, flat.float())
     trainer.iterate(1e-3)  # and the update runs on them
+
+
+def test_a_populations_minibatches_in_chunks_train_as_whole_ones():
+    """max_minibatch_rows splits every member's minibatch (along its rows, the member dim
+    leading) into chunks whose gradients add up to the whole minibatch's."""
+    results = []
+    for rows in (65536, 50):  # 128 rows per member per minibatch: chunks of 50, 50, 28
+        trainer = Trainer(config("cartpole", **{"trainer.population": 2, "trainer.num_envs": 8,
+                                                "trainer.rollout_len": 32,
+                                                "trainer.max_minibatch_rows": rows}),
+                          env_class("cartpole"))
+        assert trainer.algorithm.policies[0].step.chunk == rows
+        results.append(iterations(trainer, 2))
+    for (whole, _), (chunked, _) in zip(*results):
+        for name, values in whole.items():
+            for key, value in values.items():
+                assert chunked[name][key] == pytest.approx(value, rel=1e-4, abs=1e-6)

@@ -188,3 +188,25 @@ def test_a_league_it_cannot_run_is_refused_in_one_line(overrides, message):
 def test_a_league_needs_two_policies():
     with pytest.raises(GpusimError, match="cartpole has one policy"):
         league_trainer("cartpole")
+
+
+def test_a_league_run_directory_acts_exports_renders_and_resumes(tmp_path, capsys):
+    """A league run's directory is a run's like any other: its final policies load, export
+    and render; its checkpoint resumes (pool and all)."""
+    import gpusim
+    from gpusim import train
+    from gpusim.training import export, render
+    argv = ["--env", "tag_continuous", "--backend", "cpu", "--quiet", "--results_dir",
+            str(tmp_path / "runs"), "--total_steps", "256", "--set", "trainer.num_envs=4",
+            "--set", "trainer.rollout_len=16", "--set", "trainer.league=true",
+            "--set", "trainer.league_snapshot_every=1", "--set", "trainer.final_eval_episodes=0",
+            *[f"--set={k}={v}" for k, v in TAG.items()]]
+    assert train.main(argv) == 0
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    policies = gpusim.load_policies(run_dir)
+    assert set(policies) == {"tagger", "runner"}
+    assert export.main([str(run_dir), "--format", "torchscript",
+                        "--out", str(tmp_path / "exported")]) == 0
+    assert render.main([str(run_dir), "--max_steps", "3", "--out", str(tmp_path / "a.gif")]) == 0
+    assert train.main(["--resume", str(run_dir), "--total_steps", "384"]) == 0
+    assert "error" not in capsys.readouterr().err

@@ -445,3 +445,40 @@ def test_cache_key_follows_the_source_of_every_callee():
     def local():
         return 1
     assert cache.importable_name(local) is None  # compiled in memory instead
+
+
+def league_worker(out_dir):
+    """One rank of a league run: its pools and league statistics, saved after training."""
+    from gpusim.envs import env_class
+    from gpusim.scale.device import DeviceContext
+    from gpusim.training.config import load_run_config
+    from gpusim.training.loop import Trainer
+    context = DeviceContext.from_environment()
+    context.bind("cpu", quiet=True)
+    distributed.init(context, timeout_s=60)
+    cls = env_class("tag_continuous")
+    config = load_run_config("tag_continuous", cls, overrides={
+        "trainer.num_envs": 4, "trainer.rollout_len": 8, "trainer.total_steps": 4 * 8 * 2 * 4,
+        "env.num_taggers": 2, "env.num_runners": 3, "env.num_other_agents_observed": 3,
+        "env.episode_length": 6, "trainer.league": True, "trainer.league_snapshot_every": 1,
+        "trainer.league_capacity": 2, "trainer.league_eviction": "lowest"})
+    trainer = Trainer(config, cls, context)
+    trainer.train()
+    torch.save(trainer.algorithm.league.state_dict(), Path(out_dir) / f"rank{context.rank}.pt")
+    distributed.shutdown()
+    return 0
+
+
+@pytest.mark.slow
+def test_under_ddp_every_rank_holds_the_same_league(tmp_path):
+    """Snapshots of identical models and statistics summed across ranks: the same pools,
+    eviction choices (lowest rated: full pools after 4 updates) and baselines everywhere."""
+    distributed.launch(2, league_worker, str(tmp_path), timeout_s=120)
+    r0, r1 = (torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1))
+    assert torch.equal(r0["baseline"], r1["baseline"]) and r0["updates"] == r1["updates"] == 4
+    for name, pool in r0["pools"].items():
+        theirs = r1["pools"][name]
+        assert pool["born"] == theirs["born"] and torch.equal(pool["wins"], theirs["wins"])
+        assert torch.equal(pool["games"], theirs["games"]) and float(pool["games"].sum()) > 0
+        for key, value in pool["nets"].items():
+            assert torch.equal(value, theirs["nets"][key]), key

@@ -23,6 +23,7 @@ from .loop import Stopped, Trainer
 def train_best_response(run: Run, side: str, budget: int, log=print):
     """(the best response's acting network, training figures) for `side` of `run`."""
     other = next(name for name in run.sides if name != side)
+    check_budget(run, budget)
     if run.config.trainer.population != 1:
         raise GpusimError(f"{run.path} is a population run: keep one member as a plain run "
                           "(python -m gpusim.evaluate RUN_DIR --population_best) and give "
@@ -32,10 +33,6 @@ def train_best_response(run: Run, side: str, budget: int, log=print):
         "trainer.league": True, "trainer.league_frozen": [other],
         "trainer.total_steps": budget, "trainer.final_eval_episodes": 0,
         "trainer.target_return": None})
-    steps = config.trainer.steps_per_iteration
-    if budget < steps:
-        raise GpusimError(f"--budget {budget:,} is less than one iteration of {run.path.name} "
-                          f"({steps:,} env steps: num_envs x rollout_len)")
     trainer = Trainer(config, cls)
     trainer.algorithm.league.load_frozen({other: models[other]})
     start = time.perf_counter()
@@ -53,6 +50,13 @@ def train_best_response(run: Run, side: str, budget: int, log=print):
         f"its mean training return {_fmt(figures['training_return'])}")
     network = trainer.algorithm.models()[side]
     return acting_copy(run.finals[side], network.state_dict()), figures
+
+
+def check_budget(run: Run, budget: int):
+    steps = run.config.trainer.steps_per_iteration
+    if budget < steps:
+        raise GpusimError(f"--budget {budget:,} is less than one iteration of {run.path.name} "
+                          f"({steps:,} env steps: num_envs x rollout_len)")
 
 
 def margin(run: Run, side: str, response, make_env, episodes: int, per_cell: int,

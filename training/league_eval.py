@@ -117,6 +117,7 @@ def best_response(run_dir, side: str, budget: int | None = None, episodes: int =
                           f"{' and '.join(run.sides)}, not {side!r}")
     other = next(name for name in run.sides if name != side)
     budget = budget or run.config.trainer.total_steps
+    br.check_budget(run, budget)
     log(f"{run.path.name}: a fresh {side} learner trains {budget:,} env steps against "
         f"{other}'s final network, frozen")
     response, figures = br.train_best_response(run, side, budget, log)

@@ -167,9 +167,13 @@ def br_rows(margins: dict, sides: list) -> list:
     return rows
 
 
-def study(game: str, seeds: int, quick: bool, out: Path, log) -> dict:
+def study(game: str, seeds: int, quick: bool, out: Path, log, scale: float = 1.0,
+          best_responses: bool = True) -> dict:
     spec = GAMES[game]
-    budget = spec["quick"] if quick else {k: spec[k] for k in ("steps", "br", "episodes")}
+    budget = dict(spec["quick"] if quick else {k: spec[k] for k in ("steps", "br", "episodes")})
+    for key in ("steps", "br"):  # whole iterations: tag 512 env steps, simple_tag 1,600
+        unit = 512 if game == "tag_continuous" else 1600
+        budget[key] = max(unit, round(budget[key] * scale / unit) * unit)
     log(f"== {game}: {seeds} seed(s) x league and plain, {budget['steps']:,} env steps each; "
         f"best responses {budget['br']:,} env steps; {budget['episodes']} episodes per cell")
     runs = {"league": [], "plain": []}
@@ -182,7 +186,7 @@ def study(game: str, seeds: int, quick: bool, out: Path, log) -> dict:
                      out / game / "crossplay" / "league.json", log)
     sides = cp["sides"]
     margins = {"league": [], "plain": []}
-    for seed in range(seeds):
+    for seed in range(seeds if best_responses else 0):
         for mode in ("league", "plain"):
             run = runs[mode][seed]["run"]
             where = out / game / "br" / f"{mode}{seed}"
@@ -197,7 +201,8 @@ def study(game: str, seeds: int, quick: bool, out: Path, log) -> dict:
                   f"{', '.join(f'{v:,.0f}' for v in rates['plain'])})",
                   f"{statistics.mean(rates['league']) / statistics.mean(rates['plain']):.2f}x")
     return {"game": game, "budget": budget, "sides": sides, "runs": runs,
-            "crossplay": crossplay_rows(cp, seeds), "best_response": br_rows(margins, sides),
+            "crossplay": crossplay_rows(cp, seeds),
+            "best_response": br_rows(margins, sides) if best_responses else [],
             "throughput": throughput}
 
 
@@ -206,8 +211,9 @@ def table(results: list, header: str) -> str:
              "|---|---|---|---|"]
     for r in results:
         b = r["budget"]
-        lines.append(f"| {r['game']} | budgets | training {b['steps']:,} env steps per run; best "
-                     f"responses {b['br']:,}; {b['episodes']} episodes per cell | |")
+        responses = f"best responses {b['br']:,}; " if r["best_response"] else ""
+        lines.append(f"| {r['game']} | budgets | training {b['steps']:,} env steps per run; "
+                     f"{responses}{b['episodes']} episodes per cell | |")
         for measure, value, verdict in r["crossplay"] + r["best_response"]:
             lines.append(f"| {r['game']} | {measure} | {value} | {verdict} |")
         lines.append(f"| {r['game']} | throughput | {r['throughput'][0]} | "
@@ -220,6 +226,10 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny budgets, one seed")
     parser.add_argument("--seeds", type=int, help="seeds per mode (default 3, --quick 1)")
     parser.add_argument("--only", choices=tuple(GAMES), action="append")
+    parser.add_argument("--budget_scale", type=float, default=1.0,
+                        help="training and best-response budgets times this (a longer probe)")
+    parser.add_argument("--no_best_response", action="store_true",
+                        help="cross-play and throughput only")
     parser.add_argument("--out", default=None, help="where runs and results go (default "
                         "runs/league_strength, or runs/league_strength_quick)")
     args = parser.parse_args(argv)
@@ -229,13 +239,17 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip() or "unknown"
-    header = (f"league_strength{' --quick' if args.quick else ''}: {machine()} | "
+    flags = (" --quick" if args.quick else "") + (
+        f" --budget_scale {args.budget_scale:g}" if args.budget_scale != 1 else "") + (
+        " --no_best_response" if args.no_best_response else "")
+    header = (f"league_strength{flags}: {machine()} | "
               f"{datetime.date.today()} | commit {commit} | {seeds} seed(s) per mode")
 
     def log(line):
         print(line, flush=True)
     log(header)
-    results = [study(game, seeds, args.quick, out, log) for game in args.only or GAMES]
+    results = [study(game, seeds, args.quick, out, log, args.budget_scale,
+                     not args.no_best_response) for game in args.only or GAMES]
     text = table(results, header) + f"\n\nwhole study: {time.perf_counter() - started:.0f} s"
     log("")
     log(text)

@@ -21,8 +21,9 @@ from gpusim.training.league_players import StackedPlayers, league_players, open_
 TINY = ["--backend", "cpu", "--num_envs", "8", "--quiet", "--set", "policy.hidden_sizes=[16,16]",
         "--set", "trainer.final_eval_episodes=0"]
 RUNS = {  # simple_tag: a replica's episode is one iteration of rollout_len 25
-    "league": ["--env", "simple_tag", "--total_steps", "1000", "--set", "trainer.league=true",
-               "--set", "trainer.league_snapshot_every=2"],
+    # 4 updates, a snapshot after each into a pool of 3: u3 and u4 evict u0 and u1
+    "league": ["--env", "simple_tag", "--total_steps", "800", "--set", "trainer.league=true",
+               "--set", "trainer.league_snapshot_every=1", "--set", "trainer.league_capacity=3"],
     "plain": ["--env", "simple_tag", "--total_steps", "1000", "--seed", "1"],
     "plain2": ["--env", "simple_tag", "--total_steps", "600", "--seed", "2"],
     "narrow": ["--env", "simple_tag", "--total_steps", "200", "--set",
@@ -55,13 +56,15 @@ def test_a_cell_plays_what_evaluate_plays(runs):
     """Every cell of a matrix batched in tiles returns exactly the episodes evaluate.play
     gives the same two networks on as many replicas with the same seed (the slots of the
     stacked players, the tiles and the counted episodes all line up)."""
-    opened = [open_run(runs("league")), open_run(runs("plain"))]
+    opened = [open_run(runs("league")), open_run(runs("plain")), open_run(runs("plain2"))]
     players = run_players(opened)
     sides = opened[0].sides
     make = env_maker(opened[0], 7)
-    # 4 replicas per cell, at most 8 at once: two tiles of one row by two columns
-    assert len(tiles(2, 2, 4, 8)) == 2
-    cells = cross_play(make, sides, players, 6, 4, 8, seed=7)
+    # 4 replicas per cell, at most 24 at once: a tile of two rows by three columns (the
+    # columns' players strided over the replicas), then one of the last row
+    assert [(list(a), list(b)) for a, b in tiles(3, 3, 4, 24)] == [([0, 1], [0, 1, 2]),
+                                                                  ([2], [0, 1, 2])]
+    cells = cross_play(make, sides, players, 6, 4, 24, seed=7)
     assert quotas(6, 4) == [2, 2, 1, 1]
     for (i, j), cell in cells.items():
         env = opened[0].cls(num_envs=4, backend="cpu", seed=7, config=opened[0].config.env)
@@ -126,9 +129,9 @@ def test_league_players_json_and_plot(runs, tmp_path, capsys, monkeypatch):
     saved = json.loads((tmp_path / "league.json").read_text())
     x, y = saved["sides"]
     labels = [p["label"] for p in saved["players"][x]]
-    assert labels[0] == "u0" and labels[-1] == "final" and len(labels) >= 3
-    updates = [p["update"] for p in saved["players"][x]]
-    assert updates == sorted(updates)
+    # the pool held u3, u4 and u2 (slots 0, 1, 2); u4 is the final network itself
+    assert labels == ["u2", "u3", "final"]
+    assert [p["update"] for p in saved["players"][x]] == [2, 3, 4]
     assert len(saved["cells"]) == len(labels) * len(saved["players"][y])
     assert all(len(c["returns"][x]["episodes"]) == 4 for c in saved["cells"])
     rated = saved["ratings"]["players"]

@@ -174,8 +174,9 @@ def study(game: str, seeds: int, quick: bool, out: Path, log, scale: float = 1.0
     for key in ("steps", "br"):  # whole iterations: tag 512 env steps, simple_tag 1,600
         unit = 512 if game == "tag_continuous" else 1600
         budget[key] = max(unit, round(budget[key] * scale / unit) * unit)
+    responses = f"best responses {budget['br']:,} env steps; " if best_responses else ""
     log(f"== {game}: {seeds} seed(s) x league and plain, {budget['steps']:,} env steps each; "
-        f"best responses {budget['br']:,} env steps; {budget['episodes']} episodes per cell")
+        f"{responses}{budget['episodes']} episodes per cell")
     runs = {"league": [], "plain": []}
     for seed in range(seeds):
         for mode in ("league", "plain"):

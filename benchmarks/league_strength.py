@@ -69,6 +69,9 @@ def train(game: str, mode: str, seed: int, budget: dict, out: Path, log) -> dict
                "--total_steps", str(budget["steps"]), "--set",
                f"trainer.league={'true' if mode == 'league' else 'false'}",
                "--set", "trainer.final_eval_episodes=0", "--quiet", "--results_dir", str(folder)]
+    cut = [p for p in folder.iterdir() if p.is_dir()] if folder.is_dir() else []
+    if cut:  # a run stopped before its end (a signal): continue it from its checkpoint
+        command = [sys.executable, "-m", "gpusim.train", "--resume", str(cut[0]), "--quiet"]
     start = time.perf_counter()
     stdout = sh(command, log)
     steps, seconds, rate = DONE.search(stdout).groups()

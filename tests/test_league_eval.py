@@ -205,7 +205,8 @@ def test_best_response_on_a_tiny_budget(runs, tmp_path, capsys):
 
 @pytest.mark.parametrize("case", [
     "missing", "no_config", "one_policy", "other_env", "other_shapes", "plain_alone",
-    "unknown_side", "budget_alone", "two_best_responses", "budget_too_small", "one_episode"])
+    "unknown_side", "budget_alone", "two_best_responses", "budget_too_small", "one_episode",
+    "out_is_a_file"])
 def test_bad_input_is_one_line(case, runs, tmp_path, capsys):
     plain, league = str(runs("plain")), str(runs("league"))
     argv = {
@@ -220,7 +221,9 @@ def test_bad_input_is_one_line(case, runs, tmp_path, capsys):
         "two_best_responses": [plain, league, "--best_response", "agent"],
         "budget_too_small": [plain, "--best_response", "agent", "--budget", "10"],
         "one_episode": [league, "--episodes", "1"],
+        "out_is_a_file": [league, "--out", str(tmp_path / "a_file")],
     }[case]
+    (tmp_path / "a_file").write_text("")
     capsys.readouterr()  # (the runs' training lines)
     with pytest.raises(SystemExit) if case == "one_episode" else _nothing() as caught:
         code = league_eval.main(argv)

@@ -63,6 +63,7 @@ def judge(run_dirs: list, episodes: int = 16, max_replicas: int = 1024, seed: in
     check_alike(runs)
     first, sides = runs[0], runs[0].sides
     x, y = sides
+    out = output_folder(out, first.path)
     players = league_players(first) if len(runs) == 1 else run_players(runs)
     per_cell = min(episodes, max_replicas)
     nx, ny = len(players[x]), len(players[y])
@@ -88,9 +89,6 @@ def judge(run_dirs: list, episodes: int = 16, max_replicas: int = 1024, seed: in
     for side in sides:
         for row in rated["players"][side]:
             log(f"  {side:<10} {row['label']:<8} {row['elo']:8.1f} +- {row['ci95']:.1f}")
-    out = Path(out) if out is not None else first.path
-    with writing(out):
-        out.mkdir(parents=True, exist_ok=True)
     result = {"env": first.config.env_name, "runs": [str(r.path) for r in runs],
               "sides": sides, "episodes": episodes, "replicas_per_cell": per_cell,
               "seed": seed, "deterministic": deterministic,
@@ -118,6 +116,7 @@ def best_response(run_dir, side: str, budget: int | None = None, episodes: int =
     other = next(name for name in run.sides if name != side)
     budget = budget or run.config.trainer.total_steps
     br.check_budget(run, budget)
+    out = output_folder(out, run.path)
     log(f"{run.path.name}: a fresh {side} learner trains {budget:,} env steps against "
         f"{other}'s final network, frozen")
     response, figures = br.train_best_response(run, side, budget, log)
@@ -127,9 +126,6 @@ def best_response(run_dir, side: str, budget: int | None = None, episodes: int =
     log(f"{episodes} episodes each, seed {seed}, "
         f"{'deterministic' if deterministic else 'sampled'} actions; mean and 95% interval")
     br.report(side, other, result, log)
-    out = Path(out) if out is not None else run.path
-    with writing(out):
-        out.mkdir(parents=True, exist_ok=True)
     saved = {"run": str(run.path), "side": side, "frozen": other, "training": figures,
              "episodes": episodes, "seed": seed, "deterministic": deterministic, **result}
     path = out / f"best_response_{side}.json"
@@ -137,6 +133,16 @@ def best_response(run_dir, side: str, budget: int | None = None, episodes: int =
         path.write_text(json.dumps(saved, indent=1))
     log(f"saved {path}")
     return saved
+
+
+def output_folder(out, default: Path) -> Path:
+    """The folder results go to (made if missing), checked before anything is played."""
+    out = Path(out) if out is not None else default
+    if out.exists() and not out.is_dir():
+        raise GpusimError(f"--out {out} is a file: name a folder")
+    with writing(out):
+        out.mkdir(parents=True, exist_ok=True)
+    return out
 
 
 def _matrix(players: dict, sides: list, cells: dict, side: str) -> str:

@@ -49,7 +49,14 @@ def runs(tmp_path_factory):
                 numba.set_num_threads(threads[1])
             (made[kind],) = (root / kind).iterdir()
         return made[kind]
-    return get
+    # one thread each while these tiny envs play (a second one only waits, on a busy
+    # machine for milliseconds per operation), as a training rollout of their size takes
+    threads = torch.get_num_threads(), numba.get_num_threads()
+    torch.set_num_threads(1)
+    numba.set_num_threads(1)
+    yield get
+    torch.set_num_threads(threads[0])
+    numba.set_num_threads(threads[1])
 
 
 def test_a_cell_plays_what_evaluate_plays(runs):

@@ -28,37 +28,49 @@ from pathlib import Path
 import torch
 
 from gpusim.errors import GpusimError, writing
+from gpusim.scale.device import DeviceContext
+from gpusim.scale.threads import Work
 
 from . import best_response as br
 from . import ratings
 from .arguments import ArgumentParser, int_in
 from .crossplay import cross_play, mean_ci, tiles
 from .league_players import check_alike, league_players, open_run, run_players
+from .work import run_work
 
 COLUMN = 15
 
 
-def env_maker(run, seed: int):
+def env_maker(run, seed: int, threads: bool = False):
     """num_envs -> the run's env (its config, its backend: the CPU where auto finds no
-    GPU), seeded `seed`; one per size."""
+    GPU), seeded `seed`; one per size. `threads`: on the CPU, the thread counts a
+    training rollout of that many replicas would take (gpusim.scale.threads)."""
     config = run.config
     backend = "cpu" if config.trainer.backend == "auto" and not torch.cuda.is_available() \
         else config.trainer.backend
     built = {}
+    context = DeviceContext() if threads else None
+    if context is not None:
+        context.bind(backend, quiet=True)
 
     def make(num_envs: int):
         if num_envs not in built:
             built.clear()  # one env at a time
-            built[num_envs] = run.cls(num_envs=num_envs, backend=backend, seed=seed,
-                                      config=config.env)
+            env = built[num_envs] = run.cls(num_envs=num_envs, backend=backend, seed=seed,
+                                            config=config.env)
+            if context is not None:
+                work = run_work(config, env)
+                context.fit_threads(Work(rollout_macs=work.rollout_macs,
+                                         env_obs_values=work.env_obs_values))
         return built[num_envs]
     return make
 
 
 def judge(run_dirs: list, episodes: int = 16, max_replicas: int = 1024, seed: int = 12345,
-          deterministic: bool = False, out=None, log=print) -> dict:
+          deterministic: bool = False, out=None, log=print, threads: bool = False) -> dict:
     """Cross-play, ratings and their plot for a league run, or for several runs' finals;
-    league.json (and league.png) in `out` (default: the first run's directory)."""
+    league.json (and league.png) in `out` (default: the first run's directory).
+    `threads`: choose the CPU thread counts (the command does; a caller keeps its own)."""
     runs = [open_run(path) for path in run_dirs]
     check_alike(runs)
     first, sides = runs[0], runs[0].sides
@@ -75,7 +87,7 @@ def judge(run_dirs: list, episodes: int = 16, max_replicas: int = 1024, seed: in
     if len(runs) > 1:
         for player, run in zip(players[x], runs):
             log(f"  {player.label} = {run.path}")
-    cells = cross_play(env_maker(first, seed), sides, players, episodes, per_cell,
+    cells = cross_play(env_maker(first, seed, threads), sides, players, episodes, per_cell,
                        max_replicas, seed, deterministic)
     rated = ratings.ratings(cells, sides, players)
     table = [{"i": i, "j": j, x: players[x][i].label, y: players[y][j].label,
@@ -121,7 +133,7 @@ def best_response(run_dir, side: str, budget: int | None = None, episodes: int =
         f"{other}'s final network, frozen")
     response, figures = br.train_best_response(run, side, budget, log)
     per_cell = min(episodes, max_replicas)
-    result = br.margin(run, side, response, env_maker(run, seed), episodes, per_cell,
+    result = br.margin(run, side, response, env_maker(run, seed, True), episodes, per_cell,
                        max_replicas, seed, deterministic)
     log(f"{episodes} episodes each, seed {seed}, "
         f"{'deterministic' if deterministic else 'sampled'} actions; mean and 95% interval")
@@ -192,7 +204,7 @@ def main(argv=None) -> int:
                               args.out)
             else:
                 judge(args.run_dirs, args.episodes, args.num_envs, args.seed,
-                      args.deterministic, args.out)
+                      args.deterministic, args.out, threads=True)
     except GpusimError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

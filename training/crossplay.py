@@ -1,0 +1,116 @@
+"""Cross-play: every player of one side against every player of the other, in parallel.
+
+Each cell (an X player against a Y player) plays `episodes` full episodes on `per_cell`
+replicas of one env; all cells of a rectangle of the matrix step together (tiles of at
+most `max_replicas` replicas), each policy's players stacked (league_players'
+`StackedPlayers`), so a step is one batched product per policy.
+
+Which episodes count is fixed before any ends, as in training.evaluate: replica k of a
+cell counts its first `quota[k]` episodes (the cell's episodes dealt round-robin), so
+short episodes are not favoured. Every cell's replicas draw from the same RNG streams
+(those of replicas 0 .. per_cell - 1 of `seed`): the same starts and, for discrete
+actions, the same draws in every cell (common random numbers). So a cell plays exactly
+what `evaluate.play` plays with the same two networks on `per_cell` replicas, and two
+cells differ only by their players.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from gpusim import rng
+
+from .actors import Actors
+from .league_players import StackedPlayers
+
+
+def quotas(episodes: int, per_cell: int) -> list:
+    """Episodes counted per replica of a cell: `episodes` dealt round-robin."""
+    return [episodes // per_cell + (k < episodes % per_cell) for k in range(per_cell)]
+
+
+def tiles(nx: int, ny: int, per_cell: int, max_replicas: int) -> list:
+    """Rectangles (X players, Y players) of the matrix, each at most `max_replicas`
+    replicas (at least one cell)."""
+    cols = max(1, min(ny, max_replicas // per_cell))
+    rows = max(1, min(nx, max_replicas // (cols * per_cell)))
+    return [(range(a, min(a + rows, nx)), range(c, min(c + cols, ny)))
+            for a in range(0, nx, rows) for c in range(0, ny, cols)]
+
+
+@torch.no_grad()
+def cross_play(make_env, sides: list, players: dict, episodes: int, per_cell: int,
+               max_replicas: int, seed: int, deterministic: bool = False) -> dict:
+    """{(i, j): {side: [episode returns]}} for X player i against Y player j: each
+    episode's return of a side is the mean over its agents; a cell's episodes in a fixed
+    order (replica, then episode), so two cells' k-th episodes started alike.
+    `make_env(num_envs)` builds the env (seeded `seed`)."""
+    x, y = sides
+    cells = {}
+    for xs, ys in tiles(len(players[x]), len(players[y]), per_cell, max_replicas):
+        count = len(xs) * len(ys)
+        env = make_env(count * per_cell)
+        streams = rng.seed_streams(per_cell, env.num_agents, seed, device=env.device)
+        env.arrays["rng_state"].copy_(streams.repeat(count, 1, 1))
+        cell = torch.arange(count * per_cell, device=env.device) // per_cell
+        slots = {x: cell // len(ys), y: cell % len(ys)}
+        acting = {x: StackedPlayers([players[x][i].model for i in xs], slots[x], env.device),
+                  y: StackedPlayers([players[y][j].model for j in ys], slots[y], env.device)}
+        played = _play(env, acting, quotas(episodes, per_cell), deterministic)
+        for k, (i, j) in enumerate((i, j) for i in xs for j in ys):
+            cells[(i, j)] = {name: played[name][k] for name in sides}
+    return cells
+
+
+def _play(env, acting: dict, quota: list, deterministic: bool) -> dict:
+    """Per policy, per cell: its counted episodes' returns, ordered (replica, episode)."""
+    per_cell = len(quota)
+    actors = Actors(env, acting)
+    index = actors.agents
+    quota_t = torch.tensor(quota, device=env.device).repeat(env.num_envs // per_cell)
+    ended = torch.zeros_like(quota_t)
+    running = torch.zeros((env.num_envs, env.num_agents), device=env.device)
+    kept = {name: {} for name in acting}  # name -> (replica, episode) -> return
+    left = int(quota_t.sum())
+    obs = env.reset()
+    while left > 0:
+        actors.act(obs, deterministic=deterministic)
+        obs, reward, terminated, truncated, _ = env.step()
+        running += reward
+        done = terminated | truncated
+        actors.episode_ended(done, env.agent_active())
+        if not bool(done.any()):
+            continue
+        ids = done.nonzero()[:, 0]
+        counted = ids[ended[ids] < quota_t[ids]]
+        if len(counted):
+            numbers = ended[counted].tolist()
+            for name in acting:
+                values = running[counted][:, index[name]].mean(1).tolist()
+                for e, q, v in zip(counted.tolist(), numbers, values):
+                    kept[name][(e, q)] = v
+            left -= len(counted)
+        ended[ids] += 1
+        running[ids] = 0
+    out = {}
+    for name, values in kept.items():
+        cells = [[] for _ in range(env.num_envs // per_cell)]
+        for (e, _), v in sorted(values.items()):
+            cells[e // per_cell].append(v)
+        out[name] = cells
+    return out
+
+
+def mean_ci(values) -> tuple:
+    """(mean, half-width of its 95% interval) of per-episode values (as evaluate's)."""
+    from .evaluate import mean_ci as evaluate_mean_ci
+    mean, half = evaluate_mean_ci(values)
+    return mean, (half if math.isfinite(half) else None)
+
+
+def paired(a: list, b: list) -> tuple:
+    """(mean of a - b, its 95% interval) over episodes paired by their start (same
+    replica, same episode number): common random numbers make the pairs alike but for
+    the players."""
+    return mean_ci([p - q for p, q in zip(a, b)])

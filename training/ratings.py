@@ -1,0 +1,120 @@
+"""Ratings of cross-play's players: a Bradley-Terry fit, in Elo points, and its plot.
+
+The outcome of an episode, scale-free for any env: side X wins it when X's return
+is above the median of X's returns over the whole matrix, loses it below, and a return
+at the median is half a win (`outcomes`). Y wins what X loses.
+
+Bradley-Terry: every player (of either side) has a strength theta, and X player i
+beats Y player j with probability sigmoid(theta_i - theta_j). `bradley_terry` fits the
+thetas to every cell's wins by Newton's method on the log-likelihood, with a Gaussian
+prior of standard deviation PRIOR_SD on each theta (it keeps a player that won or lost
+every game finite, and barely moves the others: 16 games of one cell weigh 4 against
+its 1/16), and centres them on 0 (only differences are identified). Ratings are
+reported in Elo points, 400 log10(e) theta: 400 points is odds of 10 to 1; their 95%
+intervals come from the fit's curvature (the inverse Fisher information).
+"""
+from __future__ import annotations
+
+import math
+import statistics
+
+import numpy as np
+
+from gpusim.errors import GpusimError, writing
+
+PRIOR_SD = 4.0  # of theta (natural log-odds): 695 Elo points
+ELO = 400.0 / math.log(10.0)
+
+
+def outcomes(cells: dict, x: str) -> tuple:
+    """(wins of X per cell, games per cell, the median): `cells` {(i, j): {side: returns}}."""
+    pooled = [v for cell in cells.values() for v in cell[x]]
+    median = statistics.median(pooled)
+    wins = {key: sum(1.0 if v > median else 0.5 if v == median else 0.0 for v in cell[x])
+            for key, cell in cells.items()}
+    games = {key: len(cell[x]) for key, cell in cells.items()}
+    return wins, games, median
+
+
+def bradley_terry(wins: dict, games: dict, nx: int, ny: int, prior_sd: float | None = PRIOR_SD,
+                  iterations: int = 100) -> tuple:
+    """(theta, its standard errors) of nx X players then ny Y players, from X's `wins`
+    and the `games` of every cell (i, j); `prior_sd` None: the plain maximum likelihood
+    (finite only where every player both won and lost)."""
+    n = nx + ny
+    pairs = [(i, nx + j, wins[(i, j)], games[(i, j)]) for (i, j) in games if games[(i, j)]]
+    theta = np.zeros(n)
+    precision = 0.0 if prior_sd is None else 1.0 / prior_sd ** 2
+    for _ in range(iterations):
+        grad, hess = -precision * theta, -precision * np.eye(n)
+        for a, b, w, g in pairs:
+            p = 1.0 / (1.0 + math.exp(-(theta[a] - theta[b])))
+            grad[a] += w - g * p
+            grad[b] -= w - g * p
+            c = g * p * (1 - p)
+            hess[a, a] -= c
+            hess[b, b] -= c
+            hess[a, b] += c
+            hess[b, a] += c
+        step = np.linalg.lstsq(-hess, grad, rcond=None)[0]  # (singular along the mean
+        theta = theta + step                                #  without a prior)
+        if np.max(np.abs(step)) < 1e-10:
+            break
+    theta -= theta.mean()
+    if not np.all(np.isfinite(theta)):
+        raise GpusimError("the ratings' fit did not converge")
+    # the covariance of the centred thetas: the fit's, projected off the common shift
+    centre = np.eye(n) - 1.0 / n
+    cov = centre @ np.linalg.pinv(-hess) @ centre
+    return theta, np.sqrt(np.clip(np.diag(cov), 0.0, None))
+
+
+def ratings(cells: dict, sides: list, players: dict) -> dict:
+    """Every player's Elo rating and 95% interval, per side, from the cross-play cells."""
+    x, y = sides
+    wins, games, median = outcomes(cells, x)
+    nx, ny = len(players[x]), len(players[y])
+    theta, se = bradley_terry(wins, games, nx, ny)
+    rows = {x: [], y: []}
+    for k, (side, player) in enumerate([(x, p) for p in players[x]] + [(y, p) for p in players[y]]):
+        rows[side].append({**player.describe(), "elo": float(ELO * theta[k]),
+                           "ci95": float(1.96 * ELO * se[k])})
+    return {"outcome": f"{x} wins an episode when its return is above {median:.4g}, the "
+                       f"median of {x}'s returns over the matrix (ties half)",
+            "median": median, "x_wins": {f"{i},{j}": w for (i, j), w in wins.items()},
+            "players": rows}
+
+
+def plot(rated: dict, sides: list, title: str, path, over_training: bool) -> str | None:
+    """league.png: each side's ratings against the update its players were taken at (a
+    league run), or per player (runs' finals); None where matplotlib is missing."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for side in sides:
+        rows = rated["players"][side]
+        xs = [r["update"] for r in rows] if over_training else list(range(len(rows)))
+        ax.errorbar(xs, [r["elo"] for r in rows], yerr=[r["ci95"] for r in rows],
+                    marker="o", capsize=3, label=side)
+        finals = [(x, r["elo"]) for x, r in zip(xs, rows) if r["final"]]
+        if over_training and finals:
+            ax.plot(*zip(*finals), "k*", markersize=12)
+    if over_training:
+        ax.set_xlabel("update the snapshot was taken at (star: the final network)")
+    else:
+        labels = [r["label"] for r in rated["players"][sides[0]]]
+        ax.set_xticks(range(len(labels)), labels)
+        ax.set_xlabel("run")
+    ax.set(ylabel="Bradley-Terry rating (Elo points, 95% interval)", title=title)
+    ax.axhline(0.0, color="gray", linewidth=0.5)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    with writing(path):
+        fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return str(path)

@@ -137,12 +137,23 @@ class Pool:
             return filled * self.recency
         return filled * ((1.0 - self.win_rate()) ** 2 + 1e-3)  # pfsp: the hardest most
 
-    def act(self, method: str, slots: torch.Tensor, *inputs):
-        """`method` of every replica's snapshot (`slots`, one per replica) on its inputs
-        (replicas, ...): one batched product."""
+    def gather(self, slots: torch.Tensor, out: list | None = None) -> list:
+        """Every stacked tensor of the snapshots `slots` names (one per replica); into the
+        tensors `out` where given (fixed: a captured rollout reads them)."""
         params, buffers = self.nets.stacked()
-        tensors = [t[slots] for t in list(params.values()) + list(buffers.values())]
-        return self.nets.lead(method, *inputs, tensors=tensors)
+        stacked = list(params.values()) + list(buffers.values())
+        if out is None:
+            return [t[slots] for t in stacked]
+        for mine, t in zip(out, stacked):
+            torch.index_select(t, 0, slots, out=mine)
+        return out
+
+    def act(self, method: str, slots: torch.Tensor, *inputs, tensors: list | None = None):
+        """`method` of every replica's snapshot (`slots`, one per replica) on its inputs
+        (replicas, ...): one batched product; on `tensors`, those snapshots' weights
+        gathered already (`gather`), where given."""
+        return self.nets.lead(method, *inputs,
+                              tensors=self.gather(slots) if tensors is None else tensors)
 
     def state_dict(self) -> dict:
         return {"nets": self.nets.state_dict(), "filled": self.filled.clone(),
@@ -159,16 +170,24 @@ class Pool:
 class LeagueActor:
     """How one policy acts in a league: its learner network in the replicas where it
     learns, each frozen replica's snapshot (`opponent`, a slot per replica) in the
-    others; drawn anew where a replica's episode ends."""
+    others; drawn anew where a replica's episode ends. The frozen replicas' weights are
+    gathered when their opponents change: in the static form (a CUDA graph's) at every
+    step, else only at a step where an episode ended (one host read then)."""
     state_size = 0
 
     def __init__(self, model, pool: Pool, learners: list, frozen: list, opponents: str,
-                 rollout_len: int, device):
-        self.model, self.pool, self.opponents = model, pool, opponents
+                 rollout_len: int, device, static: bool = False):
+        self.model, self.pool, self.opponents, self.static = model, pool, opponents, static
         self.learn = spread(learners, device) if learners else None
         self.frozen = spread(frozen, device) if frozen else None
         self.opponent = torch.zeros(len(frozen), dtype=torch.long, device=device)
         self.faced = torch.zeros((rollout_len, len(frozen)), dtype=torch.long, device=device)
+        self.weights = pool.gather(self.opponent) if frozen else None
+
+    def refresh(self):
+        """The opponents' weights gathered again (after a load, or a new snapshot)."""
+        if self.frozen is not None:
+            self.pool.gather(self.opponent, out=self.weights)
 
     def log_probs(self, obs, mask=None):
         return self._joined("log_probs", obs, mask)
@@ -184,7 +203,7 @@ class LeagueActor:
             mine = extra[where] if isinstance(extra, torch.Tensor) else extra
             if where is self.learn:
                 return getattr(self.model, method)(obs[where], mine)
-            return self.pool.act(method, self.opponent, obs[where], mine)
+            return self.pool.act(method, self.opponent, obs[where], mine, tensors=self.weights)
         if self.frozen is None or self.learn is None:
             return part(self.learn if self.frozen is None else self.frozen)
         own, theirs = part(self.learn), part(self.frozen)
@@ -203,9 +222,13 @@ class LeagueActor:
         if self.frozen is None:
             return
         self.faced[t].copy_(self.opponent)
+        ended = done[self.frozen]
+        if not self.static and not bool(ended.any()):
+            return
         drawn = torch.multinomial(self.pool.weights(self.opponents), self.opponent.shape[0],
                                   replacement=True)
-        self.opponent.copy_(torch.where(done[self.frozen], drawn, self.opponent))
+        self.opponent.copy_(torch.where(ended, drawn, self.opponent))
+        self.refresh()
 
 
 class League:
@@ -225,7 +248,8 @@ class League:
             pool.add(p.model, 0, cfg.league_eviction)  # every pool starts with the first
             self.actors[p.name] = LeagueActor(p.model, pool, self.matchups.learner_ids(p.name),
                                               self.matchups.frozen_ids(p.name),
-                                              cfg.league_opponents, t.rollout_len, env.device)
+                                              cfg.league_opponents, t.rollout_len, env.device,
+                                              ppo.static)
         # each learner's mean return in its league games: what a win beats
         self.baseline = torch.zeros(len(names), device=env.device)
         self.seen = torch.zeros(len(names), dtype=torch.bool, device=env.device)
@@ -248,6 +272,7 @@ class League:
             pool.born = [-1] * pool.capacity
             pool.add(network, 0, "oldest")
             actor.opponent.zero_()
+            actor.refresh()
 
     def trains_on(self, name: str) -> list:
         """The replicas policy `name` learns in (its rows alone train it)."""
@@ -306,6 +331,7 @@ class League:
             for p in policies:
                 if self.learns(p.name):
                     self.pools[p.name].add(p.model, self.updates, self.cfg.league_eviction)
+                    self.actors[p.name].refresh()
 
     def state_dict(self) -> dict:
         return {"pools": {n: p.state_dict() for n, p in self.pools.items()},
@@ -318,6 +344,8 @@ class League:
         self.baseline.copy_(state["baseline"])
         self.seen.copy_(state["seen"])
         self.updates = state["updates"]
+        for actor in self.actors.values():
+            actor.refresh()
 
     def rank_state_dict(self) -> dict:
         return {n: a.opponent.clone() for n, a in self.actors.items()}
@@ -325,6 +353,7 @@ class League:
     def load_rank_state_dict(self, state: dict):
         for name, actor in self.actors.items():
             actor.opponent.copy_(state[name])
+            actor.refresh()
 
 
 class NoLeague:

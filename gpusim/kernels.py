@@ -153,14 +153,15 @@ def build(source: str, namespace: dict, name: str = "kernel"):
     return namespace[name]
 
 
-def to_python(fn, swaps=None, _memo=None):
+def to_python(fn, swaps=None, _memo=None, rewrite=None):
     """A pure-Python copy of `fn` whose jit-compiled callees are pure Python too.
 
     The CUDA simulator interprets kernels as Python, and compiled dispatchers
     cannot be called with its array stand-ins, so every dispatcher reachable
     through a function's globals (phases, RNG helpers, device functions) is
     swapped for its `py_func`, recursively. `swaps` maps global objects (by
-    identity) to stand-ins, e.g. the `numba.cuda` module to the simulator's.
+    identity) to stand-ins, e.g. the `numba.cuda` module to the simulator's;
+    `rewrite(value, memo)` may give any other global a stand-in (None: keep it).
     """
     memo = {} if _memo is None else _memo
     swaps = {} if swaps is None else swaps
@@ -173,8 +174,17 @@ def to_python(fn, swaps=None, _memo=None):
     clone = types.FunctionType(py.__code__, globs, py.__name__, py.__defaults__, py.__closure__)
     memo[py] = clone
     for key, value in py.__globals__.items():
+        stand_in = None if rewrite is None else rewrite(value, memo)
         if any(value is original for original in swaps):
             globs[key] = next(v for k, v in swaps.items() if k is value)
-        elif hasattr(value, "py_func"):
-            globs[key] = to_python(value, swaps, memo)
+        elif stand_in is not None:
+            globs[key] = stand_in
+        elif is_jit(value):
+            globs[key] = to_python(value, swaps, memo, rewrite)
     return clone
+
+
+def is_jit(value) -> bool:
+    """A numba dispatcher (asked of numba's objects only: others, such as pytest's `mark`,
+    make an attribute of any name)."""
+    return type(value).__module__.startswith("numba") and hasattr(value, "py_func")

@@ -75,6 +75,7 @@ class Adam:
         self.clips = bool((self.max_grad_norm > 0).any())
         self.lr = torch.zeros(shape, device=device if device_lr else "cpu")
         self.set_lr(lr)
+        self._views, self._grad_views = None, (None, None)  # members' slices, made once
 
     # ---- the learning rate -------------------------------------------------------------
     def set_lr(self, lr):
@@ -116,10 +117,20 @@ class Adam:
             torch._fused_adam_(self.params, grads, self.exp_avg, self.exp_avg_sq, [],
                                [self.step_count] * len(grads), lr=self.rate(), **common)
             return
-        for k in range(self.members) if members is None else members:
-            torch._fused_adam_([p[k] for p in self.params], [g[k] for g in grads],
-                               [m[k] for m in self.exp_avg], [v[k] for v in self.exp_avg_sq],
-                               [], [self.step_count[k]] * len(grads), lr=self.rate(k), **common)
+        if members is None:
+            members = range(self.members)
+        elif isinstance(members, torch.Tensor):
+            members = members.tolist()
+        if self._views is None:  # each member's slices, made once (views of the same storage)
+            self._views = [([p[k] for p in self.params], [m[k] for m in self.exp_avg],
+                            [v[k] for v in self.exp_avg_sq], [self.step_count[k]] * len(grads))
+                           for k in range(self.members)]
+        if self._grad_views[0] is not grads:  # (a MinibatchStep passes the same buffers)
+            self._grad_views = (grads, [[g[k] for g in grads] for k in range(self.members)])
+        for k in members:
+            params, exp_avg, exp_avg_sq, steps = self._views[k]
+            torch._fused_adam_(params, self._grad_views[1][k], exp_avg, exp_avg_sq, [], steps,
+                               lr=self.rate(k), **common)
 
     def _clip(self, grads: list):
         """`torch.nn.utils.clip_grad_norm_` in place on `grads` (each member by its own norm,

@@ -22,6 +22,7 @@ import numpy as np
 
 from gpusim.check.recorder import OutOfBounds, Recorded, Recorder, array_meta
 from gpusim.errors import GpusimError
+from gpusim.kernels import is_jit, to_python
 
 _PYTHON = {}  # jit function -> its pure-Python copy (callees swapped too)
 
@@ -51,35 +52,17 @@ def python_copy(fn, swaps: dict):
 
 
 def _copy(fn, memo, swaps=None):
-    py = getattr(fn, "py_func", fn)
-    if not isinstance(py, types.FunctionType):
-        return fn
-    if py in memo:
-        return memo[py]
-    globs = dict(py.__globals__)
-    clone = types.FunctionType(py.__code__, globs, py.__name__, py.__defaults__, py.__closure__)
-    memo[py] = clone
-    for key, value in py.__globals__.items():
-        swap = next((new for old, new in (swaps or {}).items() if value is old), None)
-        if swap is not None:
-            globs[key] = swap
-        elif value is math:
-            globs[key] = _NUMBA_MATH
-        elif _is_jit(value):
-            globs[key] = _copy(value, memo, swaps)
-        elif isinstance(value, types.ModuleType) and _has_jit(value):
-            globs[key] = _PythonModule(value, memo, swaps)
-    return clone
-
-
-def _is_jit(value) -> bool:
-    """A numba dispatcher (asked of numba's objects only: others, such as pytest's `mark`,
-    make an attribute of any name)."""
-    return type(value).__module__.startswith("numba") and hasattr(value, "py_func")
+    def rewrite(value, memo):  # numba's math, and modules whose jit functions are read
+        if value is math:
+            return _NUMBA_MATH
+        if isinstance(value, types.ModuleType) and _has_jit(value):
+            return _PythonModule(value, memo, swaps)
+        return None
+    return to_python(fn, swaps, memo, rewrite)
 
 
 def _has_jit(module) -> bool:
-    return any(_is_jit(v) for v in vars(module).values())
+    return any(is_jit(v) for v in vars(module).values())
 
 
 class _NumbaMath:
@@ -105,7 +88,7 @@ class _PythonModule:
 
     def __getattr__(self, name):
         value = getattr(self._module, name)
-        return _copy(value, self._memo, self._swaps) if _is_jit(value) else value
+        return _copy(value, self._memo, self._swaps) if is_jit(value) else value
 
 
 def phase_name(fn) -> str:

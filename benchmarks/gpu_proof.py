@@ -20,7 +20,8 @@ after every step, so a run cut short keeps what it measured:
 - A2C at 16,000 replicas x rollout 100: it trains, or stops with one error line;
 - (with --only) env throughput of every env, tag_continuous with 1,024 agents per replica,
   PPO and SAC with bf16 and fp32, and populations (`--only population cartpole`): 64
-  cartpole seeds in one process beside one, 16 simple_spread MAPPO seeds beside one.
+  cartpole seeds in one process beside one, 16 simple_spread MAPPO seeds beside one; and a
+  league's training throughput beside plain A2C at 1,000 replicas (`--only league`).
 `--dry-run` checks, without a GPU, that every step's script, env and backend
 exists and that its arguments parse (training commands resolve their whole
 config; scripts are asked for --help and must know every flag given;
@@ -90,6 +91,11 @@ STEPS = [
     Step("A2C 16,000 x 100", "script",
          ["train_throughput.py", "--num_envs", "16000", "--iterations", "1",
           "--skip", "warpdrive", "recipe", "auto_scale", "limit"], 60),
+    # a league (--only league): its rollout graph with snapshot opponents, against plain A2C
+    Step("league throughput, 1,000", "script",
+         ["train_throughput.py", "--num_envs", "1000", "--iterations", "5",
+          "--skip", "warpdrive", "recipe", "auto_scale", "limit",
+          "--variant", "trainer.league=true"], 120, default=False),
     Step("gpu tests, all", "pytest", ["-q", "-m", "gpu", *GPU_TEST_FILES], 180, default=False),
     Step("env throughput", "env_throughput", [], 90, default=False),
     Step("tag_continuous 1,024 agents", "tag_1024", [], 40, default=False),

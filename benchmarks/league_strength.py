@@ -60,6 +60,9 @@ def sh(command: list, log) -> str:
     return done.stdout
 
 
+LEAGUE_SET: list = []  # --league_set: settings of the league runs alone
+
+
 def train(game: str, mode: str, seed: int, budget: dict, out: Path, log) -> dict:
     folder = out / game / f"{mode}{seed}"
     record = folder / "train.json"
@@ -69,6 +72,8 @@ def train(game: str, mode: str, seed: int, budget: dict, out: Path, log) -> dict
                "--total_steps", str(budget["steps"]), "--set",
                f"trainer.league={'true' if mode == 'league' else 'false'}",
                "--set", "trainer.final_eval_episodes=0", "--quiet", "--results_dir", str(folder)]
+    if mode == "league":
+        command += [arg for setting in LEAGUE_SET for arg in ("--set", setting)]
     cut = [p for p in folder.iterdir() if p.is_dir()] if folder.is_dir() else []
     if cut:  # a run stopped before its end (a signal): continue it from its checkpoint
         command = [sys.executable, "-m", "gpusim.train", "--resume", str(cut[0]), "--quiet"]
@@ -234,9 +239,13 @@ def main(argv=None) -> int:
                         help="training and best-response budgets times this (a longer probe)")
     parser.add_argument("--no_best_response", action="store_true",
                         help="cross-play and throughput only")
+    parser.add_argument("--league_set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config setting of the league runs (e.g. "
+                        "trainer.league_learner_share=0.8); may be given again")
     parser.add_argument("--out", default=None, help="where runs and results go (default "
                         "runs/league_strength, or runs/league_strength_quick)")
     args = parser.parse_args(argv)
+    LEAGUE_SET[:] = args.league_set
     seeds = args.seeds or (1 if args.quick else 3)
     out = Path(args.out or ("runs/league_strength" + ("_quick" if args.quick else "")))
     out.mkdir(parents=True, exist_ok=True)
@@ -245,7 +254,8 @@ def main(argv=None) -> int:
                             text=True).stdout.strip() or "unknown"
     flags = (" --quick" if args.quick else "") + (
         f" --budget_scale {args.budget_scale:g}" if args.budget_scale != 1 else "") + (
-        " --no_best_response" if args.no_best_response else "")
+        " --no_best_response" if args.no_best_response else "") + "".join(
+        f" --league_set {setting}" for setting in args.league_set)
     header = (f"league_strength{flags}: {machine()} | "
               f"{datetime.date.today()} | commit {commit} | {seeds} seed(s) per mode")
 

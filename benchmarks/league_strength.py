@@ -176,7 +176,7 @@ def br_rows(margins: dict, sides: list) -> list:
 
 
 def study(game: str, seeds: int, quick: bool, out: Path, log, scale: float = 1.0,
-          best_responses: bool = True) -> dict:
+          best_responses: bool = True, first_seed: int = 0) -> dict:
     spec = GAMES[game]
     budget = dict(spec["quick"] if quick else {k: spec[k] for k in ("steps", "br", "episodes")})
     for key in ("steps", "br"):  # whole iterations: tag 512 env steps, simple_tag 1,600
@@ -186,7 +186,7 @@ def study(game: str, seeds: int, quick: bool, out: Path, log, scale: float = 1.0
     log(f"== {game}: {seeds} seed(s) x league and plain, {budget['steps']:,} env steps each; "
         f"{responses}{budget['episodes']} episodes per cell")
     runs = {"league": [], "plain": []}
-    for seed in range(seeds):
+    for seed in range(first_seed, first_seed + seeds):
         for mode in ("league", "plain"):
             runs[mode].append(train(game, mode, seed, budget, out, log))
     dirs = [r["run"] for r in runs["league"] + runs["plain"]]
@@ -195,10 +195,10 @@ def study(game: str, seeds: int, quick: bool, out: Path, log, scale: float = 1.0
                      out / game / "crossplay" / "league.json", log)
     sides = cp["sides"]
     margins = {"league": [], "plain": []}
-    for seed in range(seeds if best_responses else 0):
+    for k in range(seeds if best_responses else 0):
         for mode in ("league", "plain"):
-            run = runs[mode][seed]["run"]
-            where = out / game / "br" / f"{mode}{seed}"
+            run = runs[mode][k]["run"]
+            where = out / game / "br" / f"{mode}{first_seed + k}"
             margins[mode].append({side: league_tool(
                 [run, "--best_response", side, "--budget", str(budget["br"]),
                  "--episodes", episodes, "--out", str(where)],
@@ -234,6 +234,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="tiny budgets, one seed")
     parser.add_argument("--seeds", type=int, help="seeds per mode (default 3, --quick 1)")
+    parser.add_argument("--first_seed", type=int, default=0,
+                        help="seeds first_seed, first_seed+1, ... (fresh ones for a check)")
     parser.add_argument("--only", choices=tuple(GAMES), action="append")
     parser.add_argument("--budget_scale", type=float, default=1.0,
                         help="training and best-response budgets times this (a longer probe)")
@@ -254,7 +256,8 @@ def main(argv=None) -> int:
                             text=True).stdout.strip() or "unknown"
     flags = (" --quick" if args.quick else "") + (
         f" --budget_scale {args.budget_scale:g}" if args.budget_scale != 1 else "") + (
-        " --no_best_response" if args.no_best_response else "") + "".join(
+        " --no_best_response" if args.no_best_response else "") + (
+        f" --first_seed {args.first_seed}" if args.first_seed else "") + "".join(
         f" --league_set {setting}" for setting in args.league_set)
     header = (f"league_strength{flags}: {machine()} | "
               f"{datetime.date.today()} | commit {commit} | {seeds} seed(s) per mode")
@@ -263,7 +266,8 @@ def main(argv=None) -> int:
         print(line, flush=True)
     log(header)
     results = [study(game, seeds, args.quick, out, log, args.budget_scale,
-                     not args.no_best_response) for game in args.only or GAMES]
+                     not args.no_best_response, args.first_seed)
+               for game in args.only or GAMES]
     text = table(results, header) + f"\n\nwhole study: {time.perf_counter() - started:.0f} s"
     log("")
     log(text)

@@ -21,7 +21,7 @@ import torch
 
 from gpusim import rng
 
-from .actors import Actors
+from .evaluate import mean_ci as evaluate_mean_ci, play_counted
 from .league_players import StackedPlayers
 
 
@@ -66,37 +66,12 @@ def cross_play(make_env, sides: list, players: dict, episodes: int, per_cell: in
 def _play(env, acting: dict, quota: list, deterministic: bool) -> dict:
     """Per policy, per cell: its counted episodes' returns, ordered (replica, episode)."""
     per_cell = len(quota)
-    actors = Actors(env, acting)
-    index = actors.agents
     quota_t = torch.tensor(quota, device=env.device).repeat(env.num_envs // per_cell)
-    ended = torch.zeros_like(quota_t)
-    running = torch.zeros((env.num_envs, env.num_agents), device=env.device)
-    kept = {name: {} for name in acting}  # name -> (replica, episode) -> return
-    left = int(quota_t.sum())
-    obs = env.reset()
-    while left > 0:
-        actors.act(obs, deterministic=deterministic)
-        obs, reward, terminated, truncated, _ = env.step()
-        running += reward
-        done = terminated | truncated
-        actors.episode_ended(done, env.agent_active())
-        if not bool(done.any()):
-            continue
-        ids = done.nonzero()[:, 0]
-        counted = ids[ended[ids] < quota_t[ids]]
-        if len(counted):
-            numbers = ended[counted].tolist()
-            for name in acting:
-                values = running[counted][:, index[name]].mean(1).tolist()
-                for e, q, v in zip(counted.tolist(), numbers, values):
-                    kept[name][(e, q)] = v
-            left -= len(counted)
-        ended[ids] += 1
-        running[ids] = 0
+    returns, where, _ = play_counted(env, acting, quota_t, deterministic)
     out = {}
-    for name, values in kept.items():
+    for name in acting:
         cells = [[] for _ in range(env.num_envs // per_cell)]
-        for (e, _), v in sorted(values.items()):
+        for (e, _), v in sorted(zip(where, returns[name])):
             cells[e // per_cell].append(v)
         out[name] = cells
     return out
@@ -104,7 +79,6 @@ def _play(env, acting: dict, quota: list, deterministic: bool) -> dict:
 
 def mean_ci(values) -> tuple:
     """(mean, half-width of its 95% interval) of per-episode values (as evaluate's)."""
-    from .evaluate import mean_ci as evaluate_mean_ci
     mean, half = evaluate_mean_ci(values)
     return mean, (half if math.isfinite(half) else None)
 

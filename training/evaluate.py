@@ -92,18 +92,31 @@ def play(env, policies: dict, num_episodes: int, argmax: bool = False) -> dict:
     Which episodes count is fixed before any ends: replica e's first `quota[e]`, dealt
     round-robin. Counting the first `num_episodes` to end instead would favour short
     episodes (a replica would add a second short one before another ends a long one)."""
-    actors = Actors(env, policies)
-    index = actors.agents
     measures = env.episode_measures()
-    obs = env.reset()
-    running = torch.zeros((env.num_envs, env.num_agents), device=env.device)
     quota = torch.full((env.num_envs,), num_episodes // env.num_envs, device=env.device)
     quota[:num_episodes % env.num_envs] += 1
+    returns, _, kept = play_counted(env, policies, quota, argmax, measures)
+    out = {f"return/{name}": values for name, values in returns.items()}
+    if measures is not None:
+        out.update({key: [v for v, k in zip(values, kept) if k]
+                    for key, values in measures.per_episode().items()})
+    return out
+
+
+def play_counted(env, policies: dict, quota: torch.Tensor, argmax: bool = False,
+                 measures=None) -> tuple:
+    """Replica e's first `quota[e]` episodes played to their ends: per policy the counted
+    episodes' returns in the order they ended, the (replica, episode number) of each, and
+    per episode ended (the order `measures` records them) whether it counts."""
+    actors = Actors(env, policies)
+    index = actors.agents
+    obs = env.reset()
+    running = torch.zeros((env.num_envs, env.num_agents), device=env.device)
     ended = torch.zeros_like(quota)
     returns = {name: [] for name in env.policies}
-    counted = returns[next(iter(env.policies))]
-    kept = []  # per episode ended, in the order the measures record them: whether it counts
-    while len(counted) < num_episodes:
+    where, kept = [], []
+    left = int(quota.sum())
+    while left > 0:
         actors.act(obs, deterministic=argmax)
         obs, reward, terminated, truncated, _ = env.step()
         running += reward
@@ -112,18 +125,17 @@ def play(env, policies: dict, num_episodes: int, argmax: bool = False) -> dict:
         if measures is not None:
             measures.after_step(done)
         if bool(done.any()):  # evaluation may sync; the training rollout never does
-            keep = ended[done] < quota[done]
-            ended += done.long()
+            ids = done.nonzero()[:, 0]
+            keep = ended[ids] < quota[ids]
+            counted = ids[keep]
             kept += keep.tolist()
-            rows = running[done][keep]
+            where += zip(counted.tolist(), ended[counted].tolist())
             for name in env.policies:
-                returns[name] += rows[:, index[name]].mean(1).tolist()
-            running[done] = 0
-    out = {f"return/{name}": values for name, values in returns.items()}
-    if measures is not None:
-        out.update({key: [v for v, k in zip(values, kept) if k]
-                    for key, values in measures.per_episode().items()})
-    return out
+                returns[name] += running[counted][:, index[name]].mean(1).tolist()
+            left -= len(counted)
+            ended[ids] += 1
+            running[ids] = 0
+    return returns, where, kept
 
 
 def episode_returns(env, models=None, num_episodes: int = 64, argmax: bool = False) -> dict:

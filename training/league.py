@@ -171,13 +171,14 @@ class LeagueActor:
     """How one policy acts in a league: its learner network in the replicas where it
     learns, each frozen replica's snapshot (`opponent`, a slot per replica) in the
     others; drawn anew where a replica's episode ends. The frozen replicas' weights are
-    gathered when their opponents change: in the static form (a CUDA graph's) at every
-    step, else only at a step where an episode ended (one host read then)."""
+    gathered when their opponents change: on the CPU only at a step where an episode
+    ended (asking costs no sync there), on a GPU at every step, on the device."""
     state_size = 0
 
     def __init__(self, model, pool: Pool, learners: list, frozen: list, opponents: str,
                  rollout_len: int, device, static: bool = False):
-        self.model, self.pool, self.opponents, self.static = model, pool, opponents, static
+        self.model, self.pool, self.opponents = model, pool, opponents
+        self.lazy = not static and torch.device(device).type == "cpu"
         self.learn = spread(learners, device) if learners else None
         self.frozen = spread(frozen, device) if frozen else None
         self.opponent = torch.zeros(len(frozen), dtype=torch.long, device=device)
@@ -223,7 +224,7 @@ class LeagueActor:
             return
         self.faced[t].copy_(self.opponent)
         ended = done[self.frozen]
-        if not self.static and not bool(ended.any()):
+        if self.lazy and not bool(ended.any()):
             return
         drawn = torch.multinomial(self.pool.weights(self.opponents), self.opponent.shape[0],
                                   replacement=True)

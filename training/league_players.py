@@ -24,7 +24,7 @@ from gpusim.errors import GpusimError
 from . import checkpoint
 from . import policies as trained
 from .config import load_run_dir_config
-from .stacked import StackedPolicy, _flat
+from .stacked import StackedPolicy, flat_name
 
 STACKABLE = ("ppo", "a2c")  # their actor-critics take a leading player dim (members_lead)
 
@@ -131,7 +131,7 @@ def league_players(run: Run) -> dict:
                            key=lambda k: born[k]):
             model = copy.deepcopy(final)
             try:
-                model.load_state_dict({key: stacked[_flat(key)][slot]
+                model.load_state_dict({key: stacked[flat_name(key)][slot]
                                        for key in final.state_dict()})
             except (KeyError, RuntimeError) as exc:
                 raise GpusimError(f"{run.path}: the pool of policy {name!r} does not fit its "

@@ -20,6 +20,7 @@ from gpusim.errors import GpusimError, writing
 from . import checkpoint, population
 from .config import load_run_dir_config
 from .population import member_config
+from .stacked import unflat_name
 
 
 def is_population(run_dir) -> bool:
@@ -76,7 +77,7 @@ def _last_returns(run_dir: Path, config, team: list) -> list:
 def member_models(models: dict, k: int) -> dict:
     """Member k's networks from a population checkpoint's stacked ones (StackedPolicy
     state dicts: each tensor (members, ...), named with `__` for `.`)."""
-    return {name: {key.replace("__", "."): value[k].clone() for key, value in stacked.items()}
+    return {name: {unflat_name(key): value[k].clone() for key, value in stacked.items()}
             for name, stacked in models.items()}
 
 

@@ -49,9 +49,9 @@ class StackedPolicy(nn.Module):
         params, buffers = torch.func.stack_module_state(nets)
         self.param_names, self.buffer_names = list(params), list(buffers)
         for name, value in params.items():
-            self.register_parameter(_flat(name), nn.Parameter(value))
+            self.register_parameter(flat_name(name), nn.Parameter(value))
         for name, value in buffers.items():
-            self.register_buffer(_flat(name), value)
+            self.register_buffer(flat_name(name), value)
         object.__setattr__(self, "calls", {m: _Call(template, m) for m in (
             "log_probs", "sample", "value", "forward")})
         # where each stacked tensor goes in the template: (its owner's dict, its key,
@@ -66,8 +66,8 @@ class StackedPolicy(nn.Module):
 
     def stacked(self) -> tuple:
         """(parameters, buffers) by the stacked network's names, each (N, ...)."""
-        return ({n: getattr(self, _flat(n)) for n in self.param_names},
-                {n: getattr(self, _flat(n)) for n in self.buffer_names})
+        return ({n: getattr(self, flat_name(n)) for n in self.param_names},
+                {n: getattr(self, flat_name(n)) for n in self.buffer_names})
 
     def member(self, k: int) -> dict:
         """Member k's state dict, as its own network would have it."""
@@ -153,8 +153,14 @@ class StackedPolicy(nn.Module):
         return self.run("forward", obs, actions, mask, critic_obs)
 
 
-def _flat(name: str) -> str:
+def flat_name(name: str) -> str:
+    """A network's state-dict key as the stacked network names it (module attributes
+    cannot hold dots); `unflat_name` undoes it."""
     return name.replace(".", "__")
+
+
+def unflat_name(name: str) -> str:
+    return name.replace("__", ".")
 
 
 def _merge(out):

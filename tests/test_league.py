@@ -32,6 +32,7 @@ def test_a_snapshot_acts_as_the_policy_it_froze():
         trainer = league_trainer(env, **extra)
         algorithm = trainer.algorithm
         trainer.iterate(1e-3)  # one update: slot 1 holds the updated networks
+        frozen = {}
         for p in algorithm.policies:
             pool = algorithm.league.pools[p.name]
             assert pool.filled.tolist()[:2] == [True, True] and pool.born[:2] == [0, 1]
@@ -46,11 +47,14 @@ def test_a_snapshot_acts_as_the_policy_it_froze():
             for a, b in zip(mine, theirs):
                 if a is not None:
                     torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
-            frozen = [t[1].clone() for t in pool.nets.stacked()[0].values()]
+            frozen[p.name] = {k: t[1].clone() for k, t in pool.nets.stacked()[0].items()}
         trainer.iterate(1e-3)
         trainer.iterate(1e-3)  # (slot 1 is not the newest: it was not overwritten)
-        for before, now in zip(frozen, pool.nets.stacked()[0].values()):
-            assert torch.equal(before, now[1])
+        assert set(frozen) == {"tagger", "runner"}
+        for name, before in frozen.items():  # every policy's pool, every parameter
+            now = algorithm.league.pools[name].nets.stacked()[0]
+            assert before and before.keys() == now.keys()
+            assert all(torch.equal(before[k], now[k][1]) for k in before)
 
 
 def test_matchups_split_the_replicas_as_configured():
@@ -162,10 +166,11 @@ def test_a_frozen_policy_never_learns_and_plays_the_network_it_is_given():
                                                      algorithm.policies[1].model.parameters()))
     pool = algorithm.league.pools["tagger"]
     assert pool.filled.tolist().count(True) == 1
-    stacked = pool.nets.stacked()[0]
-    for name, value in given.items():
-        if name.replace(".", "__") in dict(pool.nets.named_parameters()):
-            assert torch.equal(stacked[name][0], value)
+    held = pool.nets.member(0)  # the pool's acting network: every entry compared
+    parameters = pool.nets.stacked()[0]
+    assert parameters and set(parameters) <= set(held) <= set(given)
+    for name, value in held.items():
+        assert torch.equal(value, given[name]), name
 
 
 @pytest.mark.parametrize("overrides, message", [

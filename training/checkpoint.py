@@ -20,17 +20,23 @@ def save(directory: Path, iteration: int, payload: dict):
     A write that fails (a full disk) removes its temp file and raises one line naming
     the checkpoint: the previous checkpoints are untouched, so the run can resume.
     """
-    final = directory / f"checkpoint_{iteration:06d}.pt"
-    temp = directory / f".{final.name}.tmp"
+    final = write_atomic(directory / f"checkpoint_{iteration:06d}.pt", payload)
+    for old in list_checkpoints(directory)[:-KEEP]:
+        old.unlink(missing_ok=True)
+    return final
+
+
+def write_atomic(final: Path, payload: dict) -> Path:
+    """torch.save to `final` through a temp file beside it (fsync, rename): a kill or a
+    full disk leaves the previous file, or none, never half of one."""
+    temp = final.parent / f".{final.name}.tmp"
     with writing(final, cleanup=lambda: temp.unlink(missing_ok=True)):
-        directory.mkdir(parents=True, exist_ok=True)
+        final.parent.mkdir(parents=True, exist_ok=True)
         with open(temp, "wb") as f:
             torch.save(payload, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(temp, final)
-    for old in list_checkpoints(directory)[:-KEEP]:
-        old.unlink(missing_ok=True)
     return final
 
 

@@ -54,6 +54,9 @@ class TrainerConfig:
                                    # graphs and replayed; off-policy steps where their sample
                                    # is static
     checkpoint_every: int = 10     # iterations between checkpoints
+    keep_snapshots: int = 0        # evenly spaced snapshots of every policy's network kept
+                                   # over the run (RUN_DIR/snapshots; league tools play
+                                   # them, training.snapshots); 0: none
     final_eval_episodes: int = 0   # after training: episodes per pairing of trained and random
                                    # policies (python -m gpusim.evaluate); 0: none
     target_return: float | None = None  # stop once every policy's mean return over the
@@ -86,6 +89,8 @@ class TrainerConfig:
         require(self.seeds_per_setting >= 1, "trainer.seeds_per_setting", "must be at least 1")
         require(isinstance(self.population, dict) or self.seeds_per_setting == 1,
                 "trainer.seeds_per_setting", "applies to a sweep (trainer.population: a "
+        require(isinstance(self.keep_snapshots, int) and self.keep_snapshots >= 0,
+                "trainer.keep_snapshots", "must be 0 (none) or a count of snapshots")
                 "mapping of settings to lists); for seeds alone give trainer.population: N")
 
     @property

@@ -32,7 +32,7 @@ from gpusim.scale.device import DeviceContext
 from gpusim.scale.threads import Work
 
 from . import best_response as br
-from . import ratings
+from . import ratings, transitivity
 from .arguments import ArgumentParser, int_in
 from .crossplay import cross_play, mean_ci, tiles
 from .league_players import check_alike, league_players, open_run, run_players
@@ -106,6 +106,12 @@ def judge(run_dirs: list, episodes: int = 16, max_replicas: int = 1024, seed: in
               "seed": seed, "deterministic": deterministic,
               "players": {n: [p.describe() for p in players[n]] for n in sides},
               "cells": table, "ratings": rated}
+    if len(runs) == 1:  # one run's past selves: does its training climb, cycle or forget?
+        result["transitivity"] = transitivity.summary(cells, sides, players)
+        transitivity.report(result["transitivity"], sides, log)
+        drawn = transitivity.plot(cells, sides, players, f"{first.path.name}: cross-play",
+                                  out / "transitivity.png")
+        log(f"saved {drawn}" if drawn else "transitivity.png not drawn: matplotlib is missing")
     with writing(out / "league.json"):
         (out / "league.json").write_text(json.dumps(result, indent=1))
     log(f"saved {out / 'league.json'}")

@@ -21,7 +21,7 @@ import torch
 from gpusim.config import to_dict
 from gpusim.errors import GpusimError
 
-from . import checkpoint
+from . import checkpoint, snapshots
 from . import policies as trained
 from .config import load_run_dir_config
 from .stacked import StackedPolicy, flat_name
@@ -115,9 +115,12 @@ def league_players(run: Run) -> dict:
     """Per side: the league run's snapshots, oldest first (duplicates of the final network
     left out), then its final network."""
     league = run.league
+    if league is None and snapshots.listed(run.path):
+        return snapshot_players(run)
     if league is None:
-        raise GpusimError(f"{run.path} is not a league run (trainer.league was false: no "
-                          "snapshots); cross-play its final policies against another run's: "
+        raise GpusimError(f"{run.path} is not a league run and kept no snapshots (train "
+                          "with trainer.keep_snapshots=16 to cross-play a plain run's past "
+                          "selves); cross-play its final policies against another run's: "
                           "python -m gpusim.league RUN_A RUN_B")
     updates = int(league.get("updates", 0))
     players = {}
@@ -140,6 +143,29 @@ def league_players(run: Run) -> dict:
                 side.append(Player(f"u{born[slot]}", run.path.name, born[slot], False, model))
         side.append(Player("final", run.path.name, updates, True, final))
         players[name] = side
+    return players
+
+
+def snapshot_players(run: Run) -> dict:
+    """Per side: a plain run's kept snapshots (trainer.keep_snapshots), oldest first, each
+    labelled by its iteration (`u120`: one update each), then its final network (a
+    snapshot equal to it left out)."""
+    players = {name: [] for name in run.finals}
+    for iteration, path in snapshots.listed(run.path):
+        models = snapshots.load(path)
+        for name, final in run.finals.items():
+            if name not in models:
+                raise GpusimError(f"{path} holds no policy {name!r}")
+            try:
+                model = acting_copy(final, models[name])
+            except (KeyError, RuntimeError) as exc:
+                raise GpusimError(f"{path}: policy {name!r} does not fit the run's network "
+                                  f"({str(exc).splitlines()[0][:100]})") from None
+            if not same_weights(model, final):
+                players[name].append(Player(f"u{iteration}", run.path.name, iteration, False,
+                                            model))
+    for name, final in run.finals.items():
+        players[name].append(Player("final", run.path.name, _updates(run), True, final))
     return players
 
 

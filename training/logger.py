@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from gpusim.errors import GpusimError, writing
 
-from . import checkpoint, metrics
+from . import checkpoint, metrics, snapshots
 from .tensorboard import ScalarWriter, drop_steps_after
 
 
@@ -97,6 +97,7 @@ class RunLogger:
         """Drop what was logged after the checkpoint the run resumes from."""
         self._truncate_metrics(iteration)
         drop_steps_after(self.run_dir / "tensorboard", env_steps)
+        snapshots.drop_after(self.run_dir, iteration)
 
     def _truncate_metrics(self, last_iteration: int):
         path = self.metrics_path
@@ -141,6 +142,10 @@ class RunLogger:
             f"{key.split('/', 1)[1]}=" + ("n/a" if value is None else f"{value:.2f}")
             for key, value in m.items() if key.startswith("episode_return/"))
         status = f"{self._rate:,.0f} steps/s | return {returns}"
+        for key, value in m.items():  # the env's score against fixed opponents (one at most)
+            if key.startswith("score/"):
+                shown = "n/a" if value is None else f"{value:.2f}"
+                status += f" | score {key[6:]}={shown} ({m['score_episodes']} episodes)"
         if self._tty:
             if self._bar is None:
                 self._bar = tqdm(total=self.total, initial=it - 1, unit="it", file=sys.stderr,
@@ -171,6 +176,12 @@ class RunLogger:
 
     def checkpoint(self, iteration: int, state: dict):
         checkpoint.save(self.checkpoint_dir, iteration, state)
+
+    def snapshot(self, iteration: int, total: int, keep: int, env_steps: int, algorithm):
+        """When due (trainer.keep_snapshots over `total` iterations): every policy's
+        network into the run's snapshots (training.snapshots)."""
+        if snapshots.due(iteration, total, keep):
+            snapshots.save(self.run_dir, iteration, env_steps, algorithm.state_dict()["models"])
 
     def close(self):
         if self._bar is not None:

@@ -178,6 +178,9 @@ class Trainer:
     def _share(self, finished: dict, stats: dict, stop: bool = False) -> tuple[dict, bool]:
         """Pool every rank's finished episodes (in rank order), average the statistics, and
         agree to stop if any rank was asked to (so every rank stops after the same
+        if self.logger is not None:  # trainer.keep_snapshots: networks kept over the run
+            self.logger.snapshot(self.iteration, self.num_iterations,
+                                 self.config.trainer.keep_snapshots, self.env_steps, self.algorithm)
         iteration)."""
         parts = dist.all_gather((finished, stats, stop)) if self.distributed \
             else [(finished, stats, stop)]

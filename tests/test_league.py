@@ -183,6 +183,8 @@ def test_a_frozen_policy_never_learns_and_plays_the_network_it_is_given():
     ({"trainer.league_frozen": ["seeker"]}, "'trainer.league_frozen' must name some of"),
     ({"trainer.league_frozen": ["tagger", "runner"]}, "not all"),
     ({"trainer.population": 2}, "'trainer.league' with trainer.population"),
+    # pools that cannot fit: refused before a copy is made (it took minutes, silently)
+    ({"trainer.league_capacity": 100_000_000}, "trainer.league_capacity=100,000,000: 2 pools"),
 ])
 def test_a_league_it_cannot_run_is_refused_in_one_line(overrides, message):
     with pytest.raises(GpusimError) as caught:

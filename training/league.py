@@ -32,7 +32,7 @@ import torch
 
 from gpusim.errors import GpusimError
 
-from .stacked import StackedPolicy
+from .stacked import StackedPolicy, check_stack_fits
 
 DECAY = 0.98  # per update: how fast a snapshot's win statistics forget older games
 
@@ -244,6 +244,9 @@ class League:
         self.matchups = Matchups(names, env.num_envs, cfg.league_learner_share, env.device,
                                  self.frozen)
         self.pools, self.actors = {}, {}
+        check_stack_fits(env.backend, f"trainer.league_capacity={cfg.league_capacity:,}: "
+                         f"{len(names)} pools of that many snapshots",
+                         [p.model for p in ppo.policies], cfg.league_capacity)
         for p in ppo.policies:
             pool = self.pools[p.name] = Pool(p.model, cfg.league_capacity, env.device)
             pool.add(p.model, 0, cfg.league_eviction)  # every pool starts with the first

@@ -153,6 +153,15 @@ class StackedPolicy(nn.Module):
         return self.run("forward", obs, actions, mask, critic_obs)
 
 
+def check_stack_fits(backend, what: str, models: list, copies: int):
+    """Refuse, before a copy is made, stacks of `copies` of each of `models` larger than the
+    free memory, in one line that starts with `what` (a stack is built from its copies:
+    twice its size at once)."""
+    size = sum(t.numel() * t.element_size()
+               for m in models for t in (*m.parameters(), *m.buffers()))
+    backend.check_fits(what, 2 * copies * size)
+
+
 def flat_name(name: str) -> str:
     """A network's state-dict key as the stacked network names it (module attributes
     cannot hold dots); `unflat_name` undoes it."""

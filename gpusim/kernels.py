@@ -15,7 +15,7 @@ of both kernels; the backends compile it.
 from __future__ import annotations
 
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 
@@ -23,10 +23,17 @@ from typing import Callable
 class Phase:
     fn: Callable
     per_env: bool = False
+    # arrays this agent phase writes from several agents safely in a way check_env's
+    # static_races check cannot prove (gpusim.check.static_races); it skips them. Not
+    # compared: the compiled code is the same, so is the compiled kernel
+    race_free: tuple = field(default=(), compare=False)
 
 
-def agent_phase(fn) -> Phase:
-    return Phase(fn, per_env=False)
+def agent_phase(fn, race_free: tuple = ()) -> Phase:
+    """`race_free`: names of arrays check_env's static race check leaves alone here."""
+    if isinstance(race_free, str):
+        race_free = (race_free,)
+    return Phase(fn, per_env=False, race_free=tuple(race_free))
 
 
 def env_phase(fn) -> Phase:

@@ -94,7 +94,7 @@ import numbers
 from dataclasses import dataclass, field
 
 from gpusim.backends import get_backend
-from gpusim.check import checks, races
+from gpusim.check import checks, races, static_races
 from gpusim.check.bounds import checked_kernels
 from gpusim.check.compare import ActionSource, one_line
 from gpusim.check.coverage import Warning_, coverage
@@ -104,7 +104,7 @@ from gpusim.check.rollout import record_initial_states, record_rollout
 from gpusim.env import Env
 
 CHECKS = ("attributes", "reset", "seeding", "step", "finite", "auto_reset", "coverage",
-          "races", "reference", "determinism", "backends")
+          "races", "static_races", "reference", "determinism", "backends")
 _ROLLOUT_CHECKS = frozenset({"step", "finite", "auto_reset", "coverage", "races", "reference"})
 DEFAULT_STEPS = 500
 
@@ -229,6 +229,7 @@ def check_env(env, reference=None, *, steps: int | None = None, seed: int = 0,
             "auto_reset": lambda: checks.auto_reset(rollout, samples),
             "coverage": lambda: coverage(rollout),
             "races": lambda: races.races(watch),
+            "static_races": lambda: static_races.static_races(env, watch),
             "reference": lambda: checks.reference(rollout),
             "determinism": lambda: checks.determinism(env, steps, seed, source),
             "backends": lambda: checks.backends(env, other_backend, min(compare_steps, steps),
@@ -263,7 +264,7 @@ def _sized(actions) -> bool:
 def _run_one(name, check) -> Check:
     try:
         message = check()
-    except (checks.Failure, races.Failure) as failure:
+    except (checks.Failure, races.Failure, static_races.Failure) as failure:
         return Check(name, False, str(failure))
     except Warning_ as warning:
         return Check(name, True, str(warning), warning=True)

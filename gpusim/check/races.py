@@ -49,6 +49,7 @@ class RaceWatch:
         self.accesses = self.replica_steps = self.steps = 0
         self.events, self.missed = [], []  # (label, step) replayed, and left out
         self.updaters = {}  # shared by the replays' recorders (Recorder.updaters)
+        self.found = set()  # (phase, array) of every problem found (Recorder.found)
         self._labels = set()
         self._buffer = None
 
@@ -123,6 +124,7 @@ class RaceWatch:
                 break
             self.replica_steps += spec.name.endswith(".step")
         self.accesses += recorder.accesses
+        self.found |= recorder.found
         if self.nonfinite is None and recorder.nonfinite_line is not None:
             self.nonfinite = (step, recorder.nonfinite_line)
 

@@ -127,6 +127,7 @@ class Recorder:
         self.nonfinite_replica = None
         self.nonfinite_line: str | None = None
         self._seen = set()  # (kind, array name): one problem of a kind per array
+        self.found = set()  # (phase, array name) of every problem (static_races skips them)
         self.barrier()
 
     def barrier(self):
@@ -252,6 +253,7 @@ class Recorder:
     _thread_text = staticmethod(lambda thread: _thread_text(thread))
 
     def _problem(self, kind, meta, what, where, advice):
+        self.found.add((self.phase, meta.name))
         if (kind, meta.name) in self._seen or len(self.problems) >= self.limit:
             return
         self._seen.add((kind, meta.name))

@@ -217,3 +217,34 @@ def test_a_league_run_directory_acts_exports_renders_and_resumes(tmp_path, capsy
     assert render.main([str(run_dir), "--max_steps", "3", "--out", str(tmp_path / "a.gif")]) == 0
     assert train.main(["--resume", str(run_dir), "--total_steps", "384"]) == 0
     assert "error" not in capsys.readouterr().err
+    # the resumed run ends where one run straight to 384 steps ends: pools, games,
+    # baselines and each replica's opponent alike
+    argv[argv.index("--total_steps") + 1] = "384"
+    argv[argv.index("--results_dir") + 1] = str(tmp_path / "straight")
+    assert train.main(argv) == 0
+    (straight,) = (tmp_path / "straight").iterdir()
+    resumed, whole = league_state(run_dir), league_state(straight)
+    assert resumed["iteration"] == whole["iteration"] == 6
+    assert resumed["league"]["updates"] == whole["league"]["updates"] == 6
+    for key in ("baseline", "seen"):
+        assert torch.equal(resumed["league"][key], whole["league"][key]), key
+    assert set(resumed["league"]["pools"]) == set(whole["league"]["pools"]) == {"tagger",
+                                                                               "runner"}
+    for name, pool in whole["league"]["pools"].items():
+        theirs = resumed["league"]["pools"][name]
+        assert pool["born"] == theirs["born"] and pool["nets"].keys() == theirs["nets"].keys()
+        for key in ("filled", "recency", "games", "wins"):
+            assert torch.equal(pool[key], theirs[key]), (name, key)
+        for key, value in pool["nets"].items():
+            assert torch.equal(value, theirs["nets"][key]), (name, key)
+    assert resumed["opponents"].keys() == whole["opponents"].keys() == {"tagger", "runner"}
+    for name, opponent in whole["opponents"].items():
+        assert torch.equal(opponent, resumed["opponents"][name]), name
+
+
+def league_state(run_dir):
+    """A run directory's latest checkpoint: its iteration, league and replicas' opponents."""
+    from gpusim.training import checkpoint
+    state = checkpoint.load_latest(run_dir / "checkpoints")
+    return {"iteration": state["iteration"], "league": state["algorithm"]["league"],
+            "opponents": state["ranks"][0]["algorithm"]["league"]}

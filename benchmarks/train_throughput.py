@@ -49,7 +49,8 @@ from gpusim.envs import env_class
 from gpusim.scale.device import DeviceContext
 from gpusim.training.acceleration import resolve_precision
 from gpusim.training.descent import Adam
-from gpusim.training.autoscale import auto_scale, measure_training
+from gpusim.training.autoscale import auto_scale
+from gpusim.training.trials import measure_training
 from gpusim.training.config import load_run_config
 from gpusim.training.models import ActorCritic
 from gpusim.training.graphs import StepGraph

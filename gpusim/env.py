@@ -107,6 +107,9 @@ class Env(EnvBuild, ActionWriter):
     observe_phases: tuple = ()
     nonnegative_state: tuple = ("timestep",)  # state arrays set_state refuses below 0
     render_arrays: tuple = ()  # the arrays a rendered frame needs (gpusim.render); see draw
+    # what a user watches rise while training (gpusim.score.Score, measured against
+    # random opponents beside training); None: the training return is the score
+    score = None
 
     def __init__(self, num_envs: int, backend: str | Backend = "auto", seed: int = 0,
                  config=None, check_actions: bool | None = None, env_offset: int = 0):

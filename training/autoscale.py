@@ -37,13 +37,11 @@ config, why the search stopped) is printed and saved in the run's config.yaml.
 """
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import replace
 
 import torch
 
-from gpusim.backends import kernels_built
 from gpusim.check.compare import actions_to, random_actions
 from gpusim.errors import GpusimError
 from gpusim.scale import distributed as dist
@@ -53,10 +51,11 @@ from gpusim.sizes import format_size, parse_size
 from .algorithms import ALGORITHMS, algorithm_class
 from .config import RunConfig
 from .loop import Trainer
+from .scale_to_score import to_score
+from .trials import compiles_so_far, training_trial
 
 TRAINER_SIZES = ("num_envs", "rollout_len")  # the rest (max_minibatch_rows) are the algorithm's
 HEADLINE_SPEEDUP = 1.5  # what auto-scaling should gain over the config, or say why not
-MAX_WARM_UP_ITERATIONS = 3
 
 
 def budget_bytes(config: RunConfig, context) -> int:
@@ -89,54 +88,6 @@ def rollout_floor(config: RunConfig, time_limit: int | None) -> int:
     if time_limit is not None:
         floor = min(floor, time_limit)
     return min(max(config.trainer.rollout_len, floor), config.scale.max_rollout_len)
-
-
-def compiles_so_far() -> int:
-    """Kernels built and graphs torch.compile made in this process: a trial of a new size
-    that adds to it compiled something the first trial did not."""
-    graphs = 0
-    if "torch._dynamo" in sys.modules:
-        from torch._dynamo.utils import counters
-        graphs = counters["stats"]["unique_graphs"]
-    return kernels_built() + graphs
-
-
-# ---- trials ------------------------------------------------------------------------
-def training_trial(resize, env_class, context, seconds: float):
-    """Body of a throughput trial: train for `seconds` the config `resize(value)` gives,
-    uncompiled (every trial reuses what the first one built)."""
-    def body(value: int) -> dict:
-        config = resize(value)
-        config = replace(config, trainer=replace(config.trainer, compile="off"))
-        before = compiles_so_far()
-        trainer = Trainer(config, env_class, context.alone())
-        measured = measure_training(trainer, seconds=seconds)
-        return dict(measured, compiles=compiles_so_far() - before)
-    return body
-
-
-def measure_training(trainer: Trainer, iterations: int | None = None,
-                     seconds: float | None = None) -> dict:
-    """Steady env-steps/s after the warm-up, over `iterations` or at least `seconds` (one
-    iteration at least), and the time split."""
-    lr = trainer.config.trainer.lr
-    warm_up = 0
-    while warm_up == 0 or (trainer.algorithm.warming_up() and warm_up < MAX_WARM_UP_ITERATIONS):
-        trainer.iterate(lr)  # compiles, captures graphs, grows the allocator's pools
-        warm_up += 1
-    trainer.env.backend.synchronize()
-    trainer.timer.reset()
-    start = time.perf_counter()
-    done = 0
-    while done < (iterations or 1) or (seconds and time.perf_counter() - start < seconds):
-        trainer.iterate(lr)  # its statistics are read on the host: each iteration syncs
-        done += 1
-    trainer.env.backend.synchronize()
-    elapsed = time.perf_counter() - start
-    shares = {k: round(v / elapsed, 3) for k, v in trainer.timer.totals().items()}
-    steps = done * trainer.config.trainer.steps_per_iteration
-    return {"env_steps_per_s": round(steps / elapsed, 1), "iterations": done,
-            "time_share": shares}
 
 
 def env_trial(config: RunConfig, env_class, context, steps: int):
@@ -221,8 +172,11 @@ class AutoScale:
         self.agents = max(len(ids) for ids in env.policies.values())
         time_limit = env.time_limit
         del env
-        config = self.budgeted(self.fastest(time_limit) if scale.objective == "throughput"
-                               else self.largest())
+        if scale.objective == "time_to_score":
+            config = to_score(self)
+        else:
+            config = self.budgeted(self.fastest(time_limit) if scale.objective == "throughput"
+                                   else self.largest())
         t, algo = config.trainer, config.algo
         self.report.update(num_envs=t.num_envs, rollout_len=t.rollout_len,
                            max_minibatch_rows=algo.max_minibatch_rows,

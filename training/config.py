@@ -61,6 +61,17 @@ class TrainerConfig:
                                    # policies (python -m gpusim.evaluate); 0: none
     target_return: float | None = None  # stop once every policy's mean return over the
                                         # last 100 finished episodes reaches this
+    target_score: float | None = None   # stop once the env's score reaches this (in its
+                                        # direction): tag_continuous's, runner survival
+                                        # against the trained taggers over the last
+                                        # score_window evaluation episodes; an env that
+                                        # names no score: every policy's return, as above
+    score_envs: int = 8            # evaluation replicas for an env's score (gpusim.score),
+                                   # stepped beside training; 0: no score measured
+    score_share: float = 0.1       # at most this share of the run's time goes to them
+    score_window: int = 32         # the score: the mean of its last this many episodes
+    score_policy: str | None = None  # the side an env's score trains (tag_continuous: tagger
+                                     # or runner); None: the env's first
     torch_threads: int = 0         # CPU: the learner's threads (0: chosen from the work,
                                    # gpusim.scale.threads)
     population: int | dict = 1     # members trained side by side in one process: a number
@@ -80,17 +91,20 @@ class TrainerConfig:
         for key in ("num_envs", "rollout_len", "total_steps", "checkpoint_every"):
             require(getattr(self, key) >= 1, f"trainer.{key}", "must be at least 1")
         require(self.seed >= 0, "trainer.seed", "must be >= 0")
+        require(isinstance(self.keep_snapshots, int) and self.keep_snapshots >= 0,
+                "trainer.keep_snapshots", "must be 0 (none) or a count of snapshots")
         require(self.final_eval_episodes == 0 or self.final_eval_episodes >= 2,
                 "trainer.final_eval_episodes", "must be 0 (none) or at least 2")
         require(self.lr > 0, "trainer.lr", "must be positive")
         require(self.reward_scale > 0, "trainer.reward_scale", "must be positive")
         require(0 <= self.gamma <= 1, "trainer.gamma", "must lie in [0, 1]")
         require(self.torch_threads >= 0, "trainer.torch_threads", "must be >= 0")
+        require(self.score_envs >= 0, "trainer.score_envs", "must be >= 0")
+        require(0 < self.score_share <= 1, "trainer.score_share", "must lie in (0, 1]")
+        require(self.score_window >= 1, "trainer.score_window", "must be at least 1")
         require(self.seeds_per_setting >= 1, "trainer.seeds_per_setting", "must be at least 1")
         require(isinstance(self.population, dict) or self.seeds_per_setting == 1,
                 "trainer.seeds_per_setting", "applies to a sweep (trainer.population: a "
-        require(isinstance(self.keep_snapshots, int) and self.keep_snapshots >= 0,
-                "trainer.keep_snapshots", "must be 0 (none) or a count of snapshots")
                 "mapping of settings to lists); for seeds alone give trainer.population: N")
 
     @property

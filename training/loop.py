@@ -35,6 +35,7 @@ from gpusim.scale.device import DeviceContext
 from . import population
 from .algorithms import algorithm_class
 from .config import RunConfig
+from .score import SCORE_KEY, RunScore
 from .timing import SectionTimer
 from .work import run_work
 
@@ -126,6 +127,8 @@ class Trainer:
         self.recent = {name: collections.deque(maxlen=RECENT_EPISODES)
                        for name in self.algorithm.reported_names()}
         self.episodes = 0
+        # the env's score against fixed opponents, where it names one (training.score)
+        self.score = RunScore.build(config, env_class, self.algorithm, context)
 
     def attach_logger(self, logger):
         self.logger = logger
@@ -158,6 +161,8 @@ class Trainer:
         lr = self.last_lr = self.learning_rate()
         stats = self.iterate(lr)
         finished = self.algorithm.episodes.finished()  # one host read per iteration
+        if self.score is not None:
+            finished[SCORE_KEY] = self.score.play(self.elapsed_s + time.perf_counter() - start)
         stats, stopping = self._share(finished, stats, stop_requested)
         self._check_finite(stats)  # before anything of this iteration is kept
         seconds = time.perf_counter() - start
@@ -173,18 +178,21 @@ class Trainer:
             state = self.state_dict()  # collective: every rank takes part
             if self.logger is not None:
                 self.logger.checkpoint(self.iteration, state)
+        if self.logger is not None:  # trainer.keep_snapshots: networks kept over the run
+            self.logger.snapshot(self.iteration, self.num_iterations,
+                                 self.config.trainer.keep_snapshots, self.env_steps, self.algorithm)
         return stopping
 
     def _share(self, finished: dict, stats: dict, stop: bool = False) -> tuple[dict, bool]:
         """Pool every rank's finished episodes (in rank order), average the statistics, and
         agree to stop if any rank was asked to (so every rank stops after the same
-        if self.logger is not None:  # trainer.keep_snapshots: networks kept over the run
-            self.logger.snapshot(self.iteration, self.num_iterations,
-                                 self.config.trainer.keep_snapshots, self.env_steps, self.algorithm)
         iteration)."""
         parts = dist.all_gather((finished, stats, stop)) if self.distributed \
             else [(finished, stats, stop)]
         for rank_finished, _, _ in parts:
+            scored = rank_finished.pop(SCORE_KEY, None)
+            if scored is not None:
+                self.score.extend(scored)
             for name, returns in rank_finished.items():
                 self.recent[name].extend(returns)
             self.episodes += len(next(iter(rank_finished.values()), []))
@@ -242,10 +250,17 @@ class Trainer:
         return not any(self.algorithm.members.alive)
 
     def _reached(self, names) -> bool:
-        target = self.config.trainer.target_return
-        return target is not None and all(
-            len(self.recent[name]) == RECENT_EPISODES and self.recent_return(name) >= target
-            for name in names)
+        """Whether every target set is reached: target_return by every policy's return,
+        target_score by the env's score (an env without one: by every policy's return)."""
+        t = self.config.trainer
+        if t.target_return is None and t.target_score is None:
+            return False
+        targets = [t.target_return] + ([t.target_score] if self.score is None else [])
+        returns = all(len(self.recent[name]) == RECENT_EPISODES
+                      and self.recent_return(name) >= target
+                      for target in targets if target is not None for name in names)
+        return returns and (self.score is None or t.target_score is None
+                            or self.score.reached(t.target_score))
 
     def _finish_members(self):
         """Members that reached the target stop learning (a solo run: it ends; a
@@ -266,6 +281,8 @@ class Trainer:
             m[f"episode_return/{name}"] = self.recent_return(name)
             for key, value in values.items():
                 m[f"{key}/{name}"] = value
+        if self.score is not None:
+            m.update(self.score.metrics(self.elapsed_s))
         for section in ("env", "forward", "update"):
             m[f"time_share/{section}"] = times.get(section, 0.0) / seconds
         if "rollout" in times:  # a rollout replayed as one CUDA graph: env and forward in one
@@ -280,6 +297,8 @@ class Trainer:
         out = {"iterations": self.iteration, "env_steps": self.env_steps,
                "time_s": self.elapsed_s, "episodes": self.episodes, "solved": self.solved(),
                "episode_return": {name: self.recent_return(name) for name in self.recent}}
+        if self.score is not None:
+            out["score"] = self.score.summary()
         members = population.members(self.config.trainer)
         if len(members) > 1:  # per policy: each setting across its seeds
             out["population"] = {name: population.summary(members, {
@@ -302,6 +321,7 @@ class Trainer:
             "iteration": self.iteration, "env_steps": self.env_steps,
             "elapsed_s": self.elapsed_s, "episodes": self.episodes,
             "recent_returns": {k: list(v) for k, v in self.recent.items()},
+            "score": None if self.score is None else self.score.state_dict(),
             "torch_rng": torch.get_rng_state(),
             "lr": self.last_lr, "lr_anchor": list(self.lr_anchor),
             "num_iterations": self.num_iterations,
@@ -368,6 +388,8 @@ class Trainer:
         self.episodes = state["episodes"]
         for name in self.recent:
             self.recent[name].extend(state["recent_returns"][name])
+        if self.score is not None:
+            self.score.load_state_dict(state.get("score"))
         self.lr_anchor = tuple(state.get("lr_anchor", self.lr_anchor))
         if state.get("num_iterations", self.num_iterations) != self.num_iterations:
             # extended (or shortened) with --total_steps: anneal on from the rate its

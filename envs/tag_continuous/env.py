@@ -23,10 +23,11 @@ from gpusim.arrays import ArraySpec
 from gpusim.errors import ArrayError
 from gpusim.env import Env
 from gpusim.kernels import KernelSpec, agent_phase, env_phase
+from gpusim.score import Score
 from gpusim.spaces import Box, per_role_names
 
 from .config import TagContinuousConfig
-from .measures import RunnerSurvival
+from .measures import RunnerSurvival, SurvivalScore
 
 TWO_PI = np.float32(2 * np.pi)
 HALF_PI = np.float32(np.pi / 2)
@@ -270,6 +271,10 @@ class TagContinuous(Env):
     cuda_c_reset = "tag_continuous.cu:tag_continuous_reset"
     cuda_c_step = "tag_continuous.cu:tag_continuous_step"
     agent_active_array = "still_in_game"  # a tagged runner is done (per-agent done)
+    # the score: how long runners survive, the trained side against random opponents
+    # (tagger: falls as taggers learn; runner: rises as runners do)
+    score = Score("runner_steps_survived", sides={"tagger": "lower", "runner": "higher"},
+                  tracker=SurvivalScore)
 
     def setup(self, config):
         c = config

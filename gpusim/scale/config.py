@@ -8,7 +8,7 @@ from gpusim.config import require
 from gpusim.errors import ConfigError, GpusimError
 from gpusim.sizes import parse_size
 
-OBJECTIVES = ("throughput", "memory")
+OBJECTIVES = ("throughput", "memory", "time_to_score")
 ONE_WEEK_S = 7 * 24 * 3600  # longest wait accepted: longer ones overflow datetime.timedelta
 
 
@@ -16,7 +16,15 @@ ONE_WEEK_S = 7 * 24 * 3600  # longest wait accepted: longer ones overflow dateti
 class ScaleConfig:
     """Multi-process runs and `--auto_scale` (gpusim.scale.search, gpusim.training.autoscale)."""
     objective: str = "throughput"    # throughput: the fastest training; memory: the largest
-                                     # num_envs, then rollout_len, that fit
+                                     # num_envs, then rollout_len, that fit; time_to_score:
+                                     # the least predicted time to the recipe's score
+    noise_scale: float | None = None  # time_to_score: the recipe's gradient noise scale, env
+                                      # steps per gradient step, as measured over a run
+                                      # (trainer.noise_scale_every; None: measured in a trial
+                                      # at initialisation, where it is smaller)
+    slack: float = 0.1               # time_to_score: sizes predicted within this share of
+                                     # the quickest count as tied; the one nearest the
+                                     # config's is picked
     saturation: float = 0.05         # throughput: stop growing num_envs (or minibatch rows)
                                      # once a step gains less than this per doubling
     growth: int = 4                  # throughput: each step of the num_envs search multiplies
@@ -44,7 +52,7 @@ class ScaleConfig:
                                          # every rank; a rank that never arrives ends the run
     ADVANCED: ClassVar[tuple] = (  # the search's own constants, apart in --help and the docs
         "saturation", "growth", "cpu_memory_fraction", "headroom", "env_share",
-        "env_trial_steps")
+        "env_trial_steps", "slack")
 
     def check(self):
         require(self.objective in OBJECTIVES, "scale.objective", f"must be one of {OBJECTIVES}")
@@ -54,6 +62,9 @@ class ScaleConfig:
             except GpusimError as exc:
                 raise ConfigError(f"config key 'scale.memory_budget': {exc}") from None
         require(0 < self.saturation < 1, "scale.saturation", "must lie in (0, 1)")
+        require(0 <= self.slack < 1, "scale.slack", "must lie in [0, 1)")
+        require(self.noise_scale is None or self.noise_scale > 0, "scale.noise_scale",
+                "must be positive (or null: measured in a trial)")
         require(0 < self.cpu_memory_fraction <= 1, "scale.cpu_memory_fraction",
                 "must lie in (0, 1]")
         require(0 <= self.headroom < 1, "scale.headroom", "must lie in [0, 1)")

@@ -254,6 +254,12 @@ class Searcher:
         return fastest(self._throughput, self.cap, saturation, start, self.time_limit_s,
                        growth, self.largest_fitting, resolution)
 
+    def run_quickest(self, predicted_s, start: int, slack: float, lowest: int = 1) -> Quickest:
+        """The value of least predicted time to a score (the time_to_score objective),
+        within the memory the trials so far were measured to take."""
+        return quickest(self._throughput, predicted_s, start, self.cap, slack, 2, lowest,
+                        self.time_limit_s, self.largest_fitting)
+
     def _throughput(self, value: int) -> float | None:
         trial = self.trial(value) or self.measure(value)  # a trial given in advance counts
         return trial.info.get("env_steps_per_s") if trial.ok else None
@@ -317,3 +323,67 @@ class Searcher:
         ok = peak <= self.limit
         note = "" if ok else f"over the limit of {format_size(self.limit)}"
         return Trial(value, ok, time.perf_counter() - start, peak, note, info)
+
+
+# ---- the time_to_score objective ----------------------------------------------------
+@dataclass
+class Quickest:
+    """What a time-to-score search found: its pick, each value's measured throughput and
+    predicted time (None: did not fit), and why it picked it, in words."""
+    pick: int
+    rates: dict
+    times: dict
+    why: str
+
+
+def quickest(throughput, predicted_s, start: int, cap: int, slack: float = 0.1,
+             growth: int = 2, lowest: int = 1, time_limit_s: float | None = None,
+             bound=None) -> Quickest:
+    """The value with the least predicted time to a score, steadily.
+
+    `throughput(value) -> float | None` measures; `predicted_s(value, rate)` turns a
+    throughput into the predicted time. From `start` it steps down by `growth` (to
+    `lowest`) while the time falls, then up (to `cap`, within `bound()`) while the
+    time stays within `1 + slack` of the least so far: the time is U-shaped in the
+    value (throughput saturates; the env steps a score needs grow with the batch).
+    The pick is, of the values within `1 + slack` of the least time, the one nearest
+    `start` (on a log scale; the smaller on a tie): values whose predictions differ
+    by less than a trial's noise are not worth leaving the config for, and the same
+    machine then picks the same value run after run.
+    """
+    if not 1 <= start <= cap:
+        raise GpusimError(f"search start must lie in 1..{cap}, got {start}")
+    clock = _Clock(time_limit_s)
+    rates, times = {}, {}
+
+    def time_of(value):
+        rates[value] = throughput(value)
+        times[value] = None if rates[value] is None else predicted_s(value, rates[value])
+        return times[value]
+
+    if time_of(start) is None:
+        return Quickest(0, rates, times, f"the start, {start}, did not fit")
+    value = start
+    while value // growth >= lowest and not clock.out_of_time():
+        below = time_of(value // growth)
+        if below is None or below >= times[value]:
+            break
+        value //= growth
+    value = start
+    while not clock.out_of_time():
+        top = min(cap, bound() if bound is not None else cap)
+        if value * growth > top:
+            break
+        value *= growth
+        above = time_of(value)
+        if above is None or above > (1 + slack) * min(t for t in times.values() if t):
+            break
+    best = min(t for t in times.values() if t is not None)
+    near = [v for v, t in times.items() if t is not None and t <= (1 + slack) * best]
+    pick = min(near, key=lambda v: (abs(math.log(v / start)), v))
+    fastest_value = min(near, key=lambda v: times[v])
+    why = (f"{fastest_value} predicts the least time ({best:,.1f} s); "
+           + (f"{pick} is the nearest to {start} within {slack:.0%} of it"
+              if pick != fastest_value else "no value nearer the config comes within "
+              f"{slack:.0%} of it"))
+    return Quickest(pick, rates, times, why)

@@ -143,9 +143,10 @@ class PPO(Algorithm):
         if not any(members.alive):  # (the loop ends after this iteration)
             self.update_stats.zero_()
             return self.guarded(lambda: self.update_stats, learning=False)
+        noise = self.noise.measure(self)  # at the rollout's parameters, where due
         stats = self.guarded(lambda: self.update_graph() or self.update_stats)
         self.league.after_update(self.policies)
-        return stats
+        return self.noise.added(stats, noise)
 
     def update_all(self):
         for k, p in enumerate(self.policies):

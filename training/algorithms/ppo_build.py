@@ -25,6 +25,7 @@ from ..descent import Adam, CompiledDescent, MinibatchStep
 from ..graphs import FixedChunks, StepGraph
 from ..league import League, NoLeague
 from ..models import make_model
+from ..noise_scale import NoiseScale
 from ..population import noise_generator
 from ..stacked import StackedPolicy
 from .rollout import PolicyBuffer, TruncationBootstrap, buffer_bytes
@@ -89,6 +90,7 @@ def build(ppo):
     per_member = () if members.solo else (members.count,)
     ppo.update_stats = torch.zeros((len(ppo.policies),) + per_member + (len(ppo.stats),),
                                    device=env.device)
+    ppo.noise = NoiseScale.for_run(ppo)  # the gradient noise scale, where asked for
     choose_speed(ppo)
 
 

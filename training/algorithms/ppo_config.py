@@ -36,6 +36,9 @@ class PPOConfig:
                                    # on a CUDA device the update's fixed-size parts are
                                    # graphs) or trained with weight 0 (weigh: on a CUDA
                                    # device the whole update one graph)
+    noise_scale_every: int = 0     # measure the gradient noise scale every this many
+                                   # iterations, before the update (training.noise_scale);
+                                   # 0: never
     league: bool = False           # self-play against pools of each policy's past selves (envs
                                    # with two or more policies: training.league)
     league_snapshot_every: int = 10  # league: updates between snapshots into each pool
@@ -64,7 +67,7 @@ class PPOConfig:
         require(self.out_of_play in OUT_OF_PLAY, "trainer.out_of_play",
                 f"must be one of {OUT_OF_PLAY}"
                 + (" (auto, which meant skip, is gone)" if self.out_of_play == "auto" else ""))
-        for key in ("vf_coef", "ent_coef", "max_grad_norm"):
+        for key in ("vf_coef", "ent_coef", "max_grad_norm", "noise_scale_every"):
             require(getattr(self, key) >= 0, f"trainer.{key}", "must be >= 0")
         self.check_league()
 

@@ -344,3 +344,25 @@ def test_an_observation_alike_in_every_sampled_initial_state_is_no_constant():
     env = gpusim.make("tag_continuous", num_envs=8, backend="cpu", seed=0, episode_length=60)
     result = check_env(env, steps=130, verbose=False, skip=("determinism", "races"))
     assert result["auto_reset"].ok, result["auto_reset"].message
+
+
+def test_actions_of_the_wrong_shape_raise_naming_the_argument(cartpole):
+    from gpusim.check.compare import BadActions
+    with pytest.raises(BadActions) as err:
+        check_env(cartpole, actions=torch.zeros(10, 4, 2, dtype=torch.int32), verbose=False)
+    assert str(err.value) == ("check_env: actions[0] gives actions of shape (4, 2); expected "
+                              "(num_envs, num_agents, action width) = (4, 1, 1)")
+    assert isinstance(err.value, GpusimError) and isinstance(err.value, ValueError)
+
+
+def test_a_policy_returning_nan_raises_naming_the_step_and_entry():
+    from gpusim.check.compare import BadActions
+    env = gpusim.make("pendulum", num_envs=2, backend="cpu", seed=0)
+
+    def policy(obs, step):
+        return torch.full((2, 1, 1), float("nan") if step == 3 else 0.0)
+
+    with pytest.raises(BadActions) as err:
+        check_env(env, policy=policy, steps=10, verbose=False)
+    assert str(err.value) == ("check_env: policy(obs, 3) returned actions[0, 0, 0] = nan; "
+                              "expected finite values")

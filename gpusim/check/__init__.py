@@ -96,7 +96,7 @@ from dataclasses import dataclass, field
 from gpusim.backends import get_backend
 from gpusim.check import checks, races, static_races
 from gpusim.check.bounds import checked_kernels
-from gpusim.check.compare import ActionSource, one_line
+from gpusim.check.compare import ActionSource, BadActions, action_problem, one_line
 from gpusim.check.coverage import Warning_, coverage
 from gpusim.check.replay import KernelFault
 from gpusim.check.nonfinite import env_nonfinite_message, first_nonfinite  # noqa: F401
@@ -270,6 +270,8 @@ def _run_one(name, check) -> Check:
         return Check(name, True, str(warning), warning=True)
     except KernelFault as fault:
         return Check(name, False, str(fault), fault=True)
+    except BadActions:
+        raise  # policy= or actions= is wrong, not the env
     except Exception as exc:  # a crash inside the env is that check's failure
         return Check(name, False, f"raised {type(exc).__name__}: {one_line(exc)}")
     return Check(name, True, message)
@@ -308,6 +310,10 @@ def _check_arguments(env, reference, steps, seed, reference_steps, reference_env
         if len(actions) < steps:
             raise ValueError(f"check_env: actions holds {len(actions)} steps but steps is "
                              f"{steps}; pass steps={len(actions)} or more actions")
+        for t in range(steps):
+            problem = action_problem(env, actions[t])
+            if problem:
+                raise BadActions(f"check_env: actions[{t}] gives {problem}")
     if isinstance(skip, str):
         raise TypeError("check_env: skip must be a collection of check names, not a string")
     unknown = set(skip) - set(CHECKS)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from gpusim.errors import ArrayError
+
 
 def as_numpy(value) -> np.ndarray:
     if isinstance(value, torch.Tensor):
@@ -169,11 +171,58 @@ class ActionSource:
 
         def draw(env, obs, step):
             if self.policy is not None:
-                return self.policy(obs, step)
+                actions = self.policy(obs, step)
+                problem = action_problem(env, actions)
+                if problem:
+                    raise BadActions(f"check_env: policy(obs, {step}) returned {problem}")
+                return actions
             if self.actions is not None:
                 return self.actions[step]
             return random_actions(generator, env)
         return draw
+
+
+class BadActions(ArrayError):
+    """check_env's policy= or actions= gave actions env.step cannot take: raised by
+    check_env, not reported as a check's failure."""
+
+
+def action_problem(env, actions) -> str | None:
+    """What is wrong with one step's `actions` for `env` (shape, or a NaN or Inf), or None."""
+    if isinstance(actions, dict):
+        if set(actions) != set(env.policy_specs):
+            return (f"a dict of {', '.join(map(repr, actions))}; expected one entry per "
+                    f"policy ({', '.join(map(repr, env.policy_specs))})")
+        for name, value in actions.items():
+            spec = env.policy_specs[name]
+            found = _tensor_problem(f"actions[{name!r}]", value,
+                                    (env.num_envs, spec.num_agents, spec.action_width),
+                                    f"(num_envs, agents of {name!r}, action width)")
+            if found:
+                return found
+        return None
+    if getattr(env, "mixed_actions", False):
+        return (f"a {type(actions).__name__}; expected a dict policy name -> actions (the "
+                "policies act in different action spaces)")
+    width = env.continuous_dim or len(env.action_nvec)
+    return _tensor_problem("actions", actions, (env.num_envs, env.num_agents, width),
+                           "(num_envs, num_agents, action width)")
+
+
+def _tensor_problem(what, value, shape, axes) -> str | None:
+    if isinstance(value, np.ndarray):
+        value = torch.from_numpy(value)
+    if not isinstance(value, torch.Tensor):
+        return f"{what} as a {type(value).__name__}; expected a tensor or array of shape {shape}"
+    if tuple(value.shape) != shape:
+        return f"{what} of shape {tuple(value.shape)}; expected {axes} = {shape}"
+    if value.dtype.is_floating_point and not value.is_meta:
+        bad = ~torch.isfinite(value)
+        if bool(bad.any()):
+            at = tuple(int(i) for i in bad.nonzero()[0])
+            return (f"{what}[{', '.join(map(str, at))}] = {float(value[at])}; expected finite "
+                    "values")
+    return None
 
 
 def actions_to(actions, device):

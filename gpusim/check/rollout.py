@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from gpusim import masks
-from gpusim.check.compare import (ActionSource, actions_to, as_numpy, first_index,
+from gpusim.check.compare import (ActionSource, BadActions, actions_to, as_numpy, first_index,
                                   replica_rows, reference_difference,
                                   reference_problem, tensor_problems)
 
@@ -144,6 +144,8 @@ def record_rollout(env, steps, seed, reference=None, *, reference_steps=0, refer
             obs = out[0]
             if record.reference is not None and record.reference.problem is None:
                 _compare_with_reference(env, out, answer, rollout, record.reference)
+    except BadActions:
+        raise  # check_env's argument, not the env, is wrong
     except Exception as exc:
         rollout.error = (t, exc)
     return rollout

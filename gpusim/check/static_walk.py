@@ -176,9 +176,9 @@ class _Body:
                 self.block(stmt.body if known else stmt.orelse, guarded)
                 return guarded
             self.expr(stmt.test, guarded)
-            saved = self.names
+            saved, one = self.names, self.selects_one(stmt.test, False)
             self.names = self._equal_to_agent(stmt.test)
-            self.block(stmt.body, guarded or self.selects_one(stmt.test, False))
+            self.block(stmt.body, guarded or one)
             self.names = saved
             otherwise = guarded or self.selects_one(stmt.test, True)
             self.block(stmt.orelse, otherwise)

@@ -30,6 +30,21 @@ def quotas(episodes: int, per_cell: int) -> list:
     return [episodes // per_cell + (k < episodes % per_cell) for k in range(per_cell)]
 
 
+def groups(side: list) -> list:
+    """Players of one side that can step together: the networks (stacked), then each panel
+    player alone (a scripted policy is no network to stack)."""
+    networks = [k for k, p in enumerate(side) if not p.panel]
+    return ([networks] if networks else []) + [[k] for k, p in enumerate(side) if p.panel]
+
+
+def batches(xs: list, ys: list, per_cell: int, max_replicas: int) -> list:
+    """(X players, Y players) of each batch that steps together: the tiles of each pair of
+    groups (see `groups`)."""
+    return [([gx[i] for i in rows], [gy[j] for j in cols])
+            for gx in groups(xs) for gy in groups(ys)
+            for rows, cols in tiles(len(gx), len(gy), per_cell, max_replicas)]
+
+
 def tiles(nx: int, ny: int, per_cell: int, max_replicas: int) -> list:
     """Rectangles (X players, Y players) of the matrix, each at most `max_replicas`
     replicas (at least one cell)."""
@@ -48,19 +63,27 @@ def cross_play(make_env, sides: list, players: dict, episodes: int, per_cell: in
     `make_env(num_envs)` builds the env (seeded `seed`)."""
     x, y = sides
     cells = {}
-    for xs, ys in tiles(len(players[x]), len(players[y]), per_cell, max_replicas):
+    for xs, ys in batches(players[x], players[y], per_cell, max_replicas):
         count = len(xs) * len(ys)
         env = make_env(count * per_cell)
         streams = rng.seed_streams(per_cell, env.num_agents, seed, device=env.device)
         env.arrays["rng_state"].copy_(streams.repeat(count, 1, 1))
         cell = torch.arange(count * per_cell, device=env.device) // per_cell
         slots = {x: cell // len(ys), y: cell % len(ys)}
-        acting = {x: StackedPlayers([players[x][i].model for i in xs], slots[x], env.device),
-                  y: StackedPlayers([players[y][j].model for j in ys], slots[y], env.device)}
+        acting = {x: _acting(env, x, [players[x][i] for i in xs], slots[x]),
+                  y: _acting(env, y, [players[y][j] for j in ys], slots[y])}
         played = _play(env, acting, quotas(episodes, per_cell), deterministic)
         for k, (i, j) in enumerate((i, j) for i in xs for j in ys):
             cells[(i, j)] = {name: played[name][k] for name in sides}
     return cells
+
+
+def _acting(env, name: str, chosen: list, slots: torch.Tensor):
+    """How policy `name` acts in a tile: its networks stacked, or its one panel player
+    (None: uniformly random actions)."""
+    if chosen[0].panel:
+        return chosen[0].scripted(env, name) if chosen[0].scripted is not None else None
+    return StackedPlayers([p.model for p in chosen], slots, env.device)
 
 
 def _play(env, acting: dict, quota: list, deterministic: bool) -> dict:

@@ -21,6 +21,9 @@ likely choice, the Gaussian's mean; random ones stay random), as
 `gpusim.load_policies(...)[name].act(obs, deterministic=True)` acts in other
 clients. With --trained_only only the first pairing is played, every policy
 trained: a cooperative env's policies on their own, with no random partner.
+With --opponents scripted the policies not trained play the env's scripted policy
+where it ships one (gpusim.scripted: simple_tag's and tag_continuous's chaser and
+fleer), uniformly random ones elsewhere: a fixed yardstick that is not as weak as random.
 """
 from __future__ import annotations
 
@@ -33,6 +36,7 @@ from pathlib import Path
 import torch
 
 from gpusim.errors import GpusimError, writing
+from gpusim.scripted import scripted_policies
 
 from . import members
 from . import policies as trained
@@ -151,14 +155,33 @@ def pairings(policies) -> list:
     return [tuple(s) for s in subsets]
 
 
-def label(trained: tuple, policies) -> str:
-    return ", ".join(f"{name} {'trained' if name in trained else 'random'}" for name in policies)
+def label(trained: tuple, policies, others: dict | None = None) -> str:
+    """`others`: policy name -> the label of what the untrained one plays (default random)."""
+    others = others or {}
+    return ", ".join(f"{name} {'trained' if name in trained else others.get(name, 'random')}"
+                     for name in policies)
+
+
+def opponents_of(cls, env, which: str) -> dict:
+    """Policy name -> (label, acting policy) of what an untrained policy plays instead of
+    uniformly random actions: with `which` "scripted", the env's first scripted policy."""
+    if which == "random":
+        return {}
+    shipped = scripted_policies(cls)
+    if not shipped:
+        raise GpusimError(f"--opponents scripted: {env.name} ships no scripted policies "
+                          "(simple_tag and tag_continuous do)")
+    return {name: (f"scripted {label}", make(env, name))
+            for name, options in shipped.items() if name in env.policies
+            for label, make in list(options.items())[:1]}
 
 
 def evaluate(run_dir, num_episodes: int = 64, num_envs: int | None = None, seed: int = 12345,
-             log=print, deterministic: bool = False, trained_only: bool = False) -> dict:
+             log=print, deterministic: bool = False, trained_only: bool = False,
+             opponents: str = "random") -> dict:
     """Every pairing of the run (`trained_only`: the all-trained one), summarised (mean, 95%
-    CI) and written to RUN_DIR/eval.json; `deterministic`: trained policies act so."""
+    CI) and written to RUN_DIR/eval.json; `deterministic`: trained policies act so;
+    `opponents` "scripted": untrained policies play the env's scripted ones."""
     run_dir = Path(run_dir)
     cls, config = load_run_dir_config(run_dir)
     backend = "cpu" if config.trainer.backend == "auto" and not torch.cuda.is_available() \
@@ -166,6 +189,7 @@ def evaluate(run_dir, num_episodes: int = 64, num_envs: int | None = None, seed:
     env = cls(num_envs=num_envs or min(config.trainer.num_envs, num_episodes), backend=backend,
               seed=seed, config=config.env)
     models = load_policies(run_dir, env)
+    others = opponents_of(cls, env, opponents)
     if deterministic:
         models = {name: Greedy(model, env.policy_specs[name]) for name, model in models.items()}
     results = {}
@@ -173,10 +197,12 @@ def evaluate(run_dir, num_episodes: int = 64, num_envs: int | None = None, seed:
     log(f"{run_dir.name}: {num_episodes} episodes per pairing, {env.num_envs} replicas, "
         f"seed {seed}, {acting} actions; mean and 95% confidence interval")
     for trained in pairings(env.policies)[:1 if trained_only else None]:
-        played = play(env, {name: models[name] for name in trained}, num_episodes)
+        acting = {name: models[name] if name in trained else others[name][1]
+                  for name in env.policies if name in trained or name in others}
+        played = play(env, acting, num_episodes)
         summary = {key: dict(zip(("mean", "ci95"), mean_ci(values)))
                    for key, values in played.items()}
-        name = label(trained, env.policies)
+        name = label(trained, env.policies, {n: others[n][0] for n in others})
         results[name] = summary
         log(f"  {name}:")
         for key, value in summary.items():
@@ -184,7 +210,7 @@ def evaluate(run_dir, num_episodes: int = 64, num_envs: int | None = None, seed:
     with writing(run_dir / "eval.json"):
         (run_dir / "eval.json").write_text(json.dumps(
             {"episodes": num_episodes, "seed": seed, "deterministic": deterministic,
-             "pairings": results}, indent=1))
+             "opponents": opponents, "pairings": results}, indent=1))
     return results
 
 
@@ -200,6 +226,9 @@ def main(argv=None) -> int:
                              "stay random)")
     parser.add_argument("--trained_only", action="store_true",
                         help="only every policy trained, no random partner or opponent")
+    parser.add_argument("--opponents", choices=("random", "scripted"), default="random",
+                        help="what the policies not trained play: uniformly random actions, "
+                             "or the env's scripted policies (a chaser, a fleer)")
     parser.add_argument("--population_best", action="store_true",
                         help="a population run: also keep its best member as a plain run "
                              "directory, RUN_DIR/best_member")
@@ -213,7 +242,8 @@ def main(argv=None) -> int:
         if args.population_best:
             raise GpusimError(f"--population_best: {args.run_dir} is not a population run")
         evaluate(args.run_dir, args.episodes, args.num_envs, args.seed,
-                 deterministic=args.deterministic, trained_only=args.trained_only)
+                 deterministic=args.deterministic, trained_only=args.trained_only,
+                 opponents=args.opponents)
     except GpusimError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

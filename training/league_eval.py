@@ -34,8 +34,8 @@ from gpusim.scale.threads import Work
 from . import best_response as br
 from . import ratings, transitivity
 from .arguments import ArgumentParser, int_in
-from .crossplay import cross_play, mean_ci, tiles
-from .league_players import check_alike, league_players, open_run, run_players
+from .crossplay import batches, cross_play, mean_ci
+from .league_players import check_alike, league_players, open_run, panel_players, run_players
 from .work import run_work
 
 COLUMN = 15
@@ -67,19 +67,26 @@ def env_maker(run, seed: int, threads: bool = False):
 
 
 def judge(run_dirs: list, episodes: int = 16, max_replicas: int = 1024, seed: int = 12345,
-          deterministic: bool = False, out=None, log=print, threads: bool = False) -> dict:
+          deterministic: bool = False, out=None, log=print, threads: bool = False,
+          panel: bool = False) -> dict:
     """Cross-play, ratings and their plot for a league run, or for several runs' finals;
     league.json (and league.png) in `out` (default: the first run's directory).
-    `threads`: choose the CPU thread counts (the command does; a caller keeps its own)."""
+    `threads`: choose the CPU thread counts (the command does; a caller keeps its own).
+    `panel`: fixed opponents join each side (random, and the env's scripted policies)."""
     runs = [open_run(path) for path in run_dirs]
     check_alike(runs)
     first, sides = runs[0], runs[0].sides
     x, y = sides
     out = output_folder(out, first.path)
     players = league_players(first) if len(runs) == 1 else run_players(runs)
+    if panel:  # (random acting "deterministically" would take choice 0 always: left out)
+        fixed = panel_players(first)
+        players = {side: players[side] + [p for p in fixed[side]
+                                          if not (deterministic and p.scripted is None)]
+                   for side in sides}
     per_cell = min(episodes, max_replicas)
     nx, ny = len(players[x]), len(players[y])
-    parts = len(tiles(nx, ny, per_cell, max_replicas))
+    parts = len(batches(players[x], players[y], per_cell, max_replicas))
     acting = "deterministic" if deterministic else "sampled"
     log(f"{first.config.env_name}: {nx} {x} x {ny} {y} players, {episodes} episodes per cell "
         f"on {per_cell} replicas each ({nx * ny} cells in {parts} batch"
@@ -189,6 +196,9 @@ def main(argv=None) -> int:
                         help="players take their most likely action")
     parser.add_argument("--out", help="folder for league.json and league.png (default: the "
                                       "first run's directory)")
+    parser.add_argument("--panel", action="store_true",
+                        help="fixed opponents join each side: uniformly random actions and "
+                             "the env's scripted policies (a chaser, a fleer)")
     parser.add_argument("--best_response", metavar="SIDE",
                         help="train a fresh learner for SIDE against the other side's final "
                              "network and report its margin")
@@ -210,7 +220,7 @@ def main(argv=None) -> int:
                               args.out)
             else:
                 judge(args.run_dirs, args.episodes, args.num_envs, args.seed,
-                      args.deterministic, args.out, threads=True)
+                      args.deterministic, args.out, threads=True, panel=args.panel)
     except GpusimError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

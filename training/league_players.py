@@ -20,6 +20,7 @@ import torch
 
 from gpusim.config import to_dict
 from gpusim.errors import GpusimError
+from gpusim.scripted import scripted_policies
 
 from . import checkpoint, snapshots
 from . import policies as trained
@@ -37,11 +38,17 @@ class Player:
     run: str
     update: int | None
     final: bool
-    model: torch.nn.Module  # the acting part, on the CPU, no gradients
+    model: torch.nn.Module | None  # the acting part, on the CPU, no gradients
+    scripted: type | None = None   # or a panel player: cls(env, policy) (gpusim.scripted;
+                                   # None for the policy: uniformly random actions)
+
+    @property
+    def panel(self) -> bool:
+        return self.model is None
 
     def describe(self) -> dict:
         return {"label": self.label, "run": self.run, "update": self.update,
-                "final": self.final}
+                "final": self.final, "panel": self.panel}
 
 
 @dataclass
@@ -175,6 +182,16 @@ def run_players(runs: list) -> dict:
     return {name: [Player(label, run.path.name, _updates(run), True, run.finals[name])
                    for label, run in zip(labels, runs)]
             for name in runs[0].sides}
+
+
+def panel_players(run: Run) -> dict:
+    """Per side: fixed opponents, never networks: uniformly random actions and the env's
+    scripted policies (gpusim.scripted), labelled `random`, `chaser`, ..."""
+    shipped = scripted_policies(run.cls)
+    return {name: [Player("random", "panel", None, False, None)]
+            + [Player(label, "panel", None, False, None, cls)
+               for label, cls in shipped.get(name, {}).items()]
+            for name in run.sides}
 
 
 def _updates(run: Run) -> int | None:

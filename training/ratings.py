@@ -96,7 +96,8 @@ def plot(rated: dict, sides: list, title: str, path, over_training: bool) -> str
         return None
     fig, ax = plt.subplots(figsize=(7, 4))
     for side in sides:
-        rows = rated["players"][side]
+        rows = [r for r in rated["players"][side]  # (panel players were taken at no update)
+                if not over_training or r["update"] is not None]
         xs = [r["update"] for r in rows] if over_training else list(range(len(rows)))
         ax.errorbar(xs, [r["elo"] for r in rows], yerr=[r["ci95"] for r in rows],
                     marker="o", capsize=3, label=side)

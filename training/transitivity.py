@@ -41,10 +41,12 @@ def per_side(cells: dict, sides: list, players: dict, side: str) -> dict:
     """Climbing and forgetting of `side` against each fixed opponent."""
     x, y = sides
     mine, theirs = (players[x], players[y]) if side == x else (players[y], players[x])
+    own = [k for k, p in enumerate(mine) if not p.panel]  # snapshots; panel players are
+                                                          # opponents only
 
     def returns(me: int, opponent: int) -> list:
         return cells[(me, opponent) if side == x else (opponent, me)][side]
-    pairs = list(combinations(range(len(mine)), 2))
+    pairs = list(combinations(own, 2))
     up = down = 0
     final_worse = []
     for o in range(len(theirs)):
@@ -52,8 +54,8 @@ def per_side(cells: dict, sides: list, players: dict, side: str) -> dict:
             verdict = _compare(returns(late, o), returns(early, o))
             up += verdict > 0
             down += verdict < 0
-        last = len(mine) - 1
-        if any(_compare(returns(last, o), returns(e, o)) < 0 for e in range(last)):
+        last = own[-1]
+        if any(_compare(returns(last, o), returns(e, o)) < 0 for e in own[:-1]):
             final_worse.append(theirs[o].label)
     return {"comparisons": len(pairs) * len(theirs), "later_better": up, "later_worse": down,
             "opponents": len(theirs), "final_worse_against": final_worse}

@@ -36,7 +36,7 @@ class NoiseScale:
         self.every = every
         self.groups = min(GROUPS, num_envs)
         self.calls = 0
-        self.sums = {}  # policy name -> [weight, |G|^2 sum, tr(Sigma) sum]
+        self.sums = {}  # policy name -> |G|^2 and tr(Sigma): recent averages, run-long sums
 
     @classmethod
     def for_run(cls, ppo):
@@ -49,28 +49,32 @@ class NoiseScale:
 
     def measure(self, ppo) -> dict:
         """Where due, per policy, the noise scale in env steps after this rollout's
-        measurement (a policy left out while its |G|^2 is not yet positive); else {}."""
+        measurement: `noise_scale` of the last measurements, `noise_scale_run` of every
+        one so far (each left out while its |G|^2 is not yet positive); else {}."""
         self.calls += 1
         out = {}
         if not self.every or (self.calls - 1) % self.every:
             return out
         for p in ppo.policies:
             g_big, g_small, big, small = self.norms(ppo, p)
-            weight, g2, trace = self.sums.setdefault(p.name, [0.0, 0.0, 0.0])
             g2_now = (big * g_big - small * g_small) / (big - small)
             trace_now = (g_small - g_big) / (1 / small - 1 / big)
-            self.sums[p.name] = [DECAY * weight + 1, DECAY * g2 + g2_now,
-                                 DECAY * trace + trace_now]
-            _, g2, trace = self.sums[p.name]
+            g2, trace, run_g2, run_trace = self.sums.get(p.name, (0.0, 0.0, 0.0, 0.0))
+            self.sums[p.name] = (DECAY * g2 + g2_now, DECAY * trace + trace_now,
+                                 run_g2 + g2_now, run_trace + trace_now)
+            g2, trace, run_g2, run_trace = self.sums[p.name]
+            out[p.name] = {}
             if g2 > 0 and trace > 0:
-                out[p.name] = trace / g2
+                out[p.name]["noise_scale"] = trace / g2
+            if run_g2 > 0 and run_trace > 0:  # the whole run's so far: the recipe's value
+                out[p.name]["noise_scale_run"] = run_trace / run_g2
         return out
 
     @staticmethod
     def added(stats: dict, noise: dict) -> dict:
         """The update's statistics with each measured policy's noise scale."""
-        for name, value in noise.items():
-            stats[name]["noise_scale"] = value
+        for name, values in noise.items():
+            stats[name].update(values)
         return stats
 
     def norms(self, ppo, p) -> tuple:

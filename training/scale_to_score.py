@@ -54,8 +54,8 @@ def measured_noise_scale(config, env_class, context) -> float:
     found = {}
     for _ in range(NOISE_TRIAL_ITERATIONS):
         for name, stats in trainer.iterate(config.trainer.lr).items():
-            if "noise_scale" in stats:
-                found[name] = stats["noise_scale"]
+            if "noise_scale_run" in stats:
+                found[name] = stats["noise_scale_run"]
     if not found:
         raise GpusimError("auto-scale (time_to_score): the gradient noise scale could not be "
                           f"measured in {NOISE_TRIAL_ITERATIONS} iterations of "

@@ -1,0 +1,267 @@
+"""Scores beside training, the gradient noise scale, and the time_to_score search."""
+import json
+import random
+
+import pytest
+import torch
+import yaml
+
+import gpusim
+from gpusim.errors import GpusimError
+from gpusim.scale.search import quickest
+
+SMALL_TAG = ["--set", "env.num_taggers=2", "--set", "env.num_runners=4",
+             "--set", "env.num_other_agents_observed=4", "--set", "env.episode_length=12",
+             "--set", "trainer.num_envs=4", "--set", "trainer.rollout_len=8"]
+
+
+def train(tmp_path, *argv):
+    from gpusim.train import main
+    code = main(["--backend", "cpu", "--quiet", "--results_dir", str(tmp_path), *argv])
+    rows = []
+    if code == 0:
+        (run_dir,) = tmp_path.iterdir()
+        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return code, rows
+
+
+# ---- the score's values, on the device --------------------------------------------------
+def test_survival_on_device_matches_a_hand_count():
+    """Each ended episode's mean steps survived per runner, counted on the host from the
+    env's own record of who tagged whom at each step."""
+    from gpusim.envs.tag_continuous.measures import SurvivalOnDevice
+    env = gpusim.make("tag_continuous", num_envs=3, backend="cpu", seed=4, num_taggers=2,
+                      num_runners=5, num_other_agents_observed=4, episode_length=30)
+    env.reset()
+    tracker = SurvivalOnDevice(env)
+    runners = env.policies["runner"]
+    tagged_at = [[None] * len(runners) for _ in range(3)]
+    steps = [0, 0, 0]
+    generator = torch.Generator().manual_seed(0)
+    expected, got = [], []
+    for _ in range(75):
+        actions = torch.randint(0, 21, (3, env.num_agents, env.discrete_width),
+                                generator=generator, dtype=torch.int32)
+        env.step(actions)
+        done = env.arrays["reset_mask"].clone()
+        tagged = env.arrays["tagged_by"][:, runners] >= 0
+        for e in range(3):
+            steps[e] += 1
+            for k in range(len(runners)):
+                if tagged[e, k] and tagged_at[e][k] is None:
+                    tagged_at[e][k] = steps[e]
+        value = tracker.after_step(done)[0]
+        for e in done.nonzero().flatten().tolist():
+            expected.append(sum(steps[e] if t is None else t for t in tagged_at[e])
+                            / len(runners))
+            got.append(float(value[e]))
+            tagged_at[e], steps[e] = [None] * len(runners), 0
+    assert len(expected) >= 6
+    assert got == pytest.approx(expected)
+
+
+def test_monitor_keeps_ended_episodes_in_order_without_host_reads():
+    from gpusim.training.score import ScoreMonitor
+    monitor = ScoreMonitor.__new__(ScoreMonitor)
+    monitor.values = torch.zeros(6)
+    monitor.count = torch.zeros((), dtype=torch.long)
+    monitor._keep(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([True, False, True]))
+    monitor._keep(torch.tensor([4.0, 5.0, 6.0]), torch.tensor([False, False, False]))
+    monitor._keep(torch.tensor([7.0, 8.0, 9.0]), torch.tensor([False, True, False]))
+    assert monitor.finished() == [1.0, 3.0, 8.0]
+    assert monitor.finished() == []
+    for _ in range(3):  # more than the buffer holds: the first five kept, the rest binned
+        monitor._keep(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([True, True, True]))
+    assert monitor.finished() == [1.0, 2.0, 3.0, 1.0, 2.0]
+
+
+# ---- the score while training --------------------------------------------------------
+def test_tag_runs_show_the_score_and_stop_at_its_target(tmp_path):
+    code, rows = train(tmp_path, "--env", "tag_continuous", "--total_steps", "4000",
+                       *SMALL_TAG, "--set", "trainer.score_window=4",
+                       "--set", "trainer.score_share=1.0",
+                       "--set", "trainer.target_score=1000")  # lower is better: any score
+    assert code == 0
+    key = "score/runner_steps_survived/tagger"
+    assert rows[0][key] is None and rows[0]["score_episodes"] == 0
+    assert rows[-1][key] is not None and 0 < rows[-1][key] <= 12
+    assert rows[-1]["score_episodes"] >= 4
+    assert 0 < rows[-1]["time_share/score"] <= 1
+    assert rows[-1]["env_steps"] < 4000  # stopped at the target, before the budget
+
+
+def test_the_runner_side_improves_upward(tmp_path):
+    code, rows = train(tmp_path, "--env", "tag_continuous", "--total_steps", "640",
+                       *SMALL_TAG, "--set", "trainer.score_policy=runner",
+                       "--set", "trainer.score_window=2", "--set", "trainer.score_share=1.0",
+                       "--set", "trainer.target_score=1000")  # higher is better: unreachable
+    assert code == 0
+    assert rows[-1]["env_steps"] == 640 and rows[-1]["score/runner_steps_survived/runner"]
+
+
+def test_an_env_without_a_score_is_scored_by_its_return(tmp_path):
+    code, rows = train(tmp_path, "--env", "cartpole", "--total_steps", "40000",
+                       "--set", "trainer.target_score=15", "--set", "trainer.target_return=null")
+    assert code == 0
+    assert rows[-1]["env_steps"] < 40000 and rows[-1]["episode_return/agent"] >= 15
+    assert not any(key.startswith("score/") for key in rows[-1])
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--env", "cartpole", "--set", "trainer.score_policy=agent"], "names none"),
+    (["--env", "tag_continuous", "--set", "trainer.score_policy=seeker"],
+     "must name a side of env tag_continuous's score"),
+    (["--env", "cartpole", "--set", "trainer.score_share=0"], "trainer.score_share"),
+    (["--env", "cartpole", "--set", "trainer.noise_scale_every=-1"], "noise_scale_every"),
+    (["--env", "cartpole", "--auto_scale", "--set", "scale.noise_scale=0"], "noise_scale"),
+])
+def test_score_inputs_refused_in_one_line(argv, message, tmp_path, capsys):
+    from gpusim.train import main
+    code = main(["--backend", "cpu", "--quiet", "--results_dir", str(tmp_path), *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and err.count("\n") == 1, err
+
+
+def test_a_checkpoint_keeps_the_scores_window(tmp_path):
+    from gpusim.train import main
+    code, rows = train(tmp_path, "--env", "tag_continuous", "--total_steps", "640",
+                       *SMALL_TAG, "--set", "trainer.score_share=1.0")
+    (run_dir,) = tmp_path.iterdir()
+    assert main(["--resume", str(run_dir), "--total_steps", "960", "--quiet"]) == 0
+    resumed = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert resumed[-1]["score_episodes"] >= rows[-1]["score_episodes"] > 0
+
+
+# ---- the gradient noise scale ----------------------------------------------------------
+def ppo_after_rollout(**algo):
+    from gpusim.training.config import load_run_config
+    from gpusim.training.loop import Trainer
+    from gpusim.envs import env_class
+    cls = env_class("cartpole")
+    config = load_run_config("cartpole", cls, sets=["trainer.backend=cpu",
+                                                    "trainer.num_envs=8",
+                                                    "trainer.rollout_len=16"]
+                             + [f"trainer.{k}={v}" for k, v in algo.items()])
+    trainer = Trainer(config, cls)
+    trainer.algorithm.collect(0)
+    return trainer
+
+
+def test_noise_scale_groups_average_to_the_whole_rollouts_gradient():
+    from gpusim.training.noise_scale import NoiseScale
+    trainer = ppo_after_rollout()
+    ppo = trainer.algorithm
+    (p,) = ppo.policies
+    noise = NoiseScale(1, 8)
+    g_big, g_small, big, small = noise.norms(ppo, p)
+    assert (big, small) == (8 * 16, 16)
+    # the whole rollout's gradient, in one pass, from the same normalised advantages
+    buf = p.buffer
+    with torch.no_grad():
+        next_value = ppo.values(p, ppo.next_obs, None)
+        adv, _ = p.gae(buf.rewards, buf.values, buf.dones, next_value.float())
+        adv = (adv - adv.mean()) / (adv.std(unbiased=False) + 1e-8)
+    log_prob, _, _ = p.model(buf.obs, buf.actions)
+    actor = [q for name, q in p.model.named_parameters() if not name.startswith("critic")]
+    grads = torch.autograd.grad(-(adv * log_prob).sum() / big, actor)
+    whole = sum(float(g.pow(2).sum()) for g in grads)
+    assert g_big == pytest.approx(whole, rel=1e-4)
+    assert g_small > g_big  # a part's gradient is noisier than the whole's
+
+
+def test_noise_scale_estimates_follow_the_formulas(monkeypatch):
+    from gpusim.training.noise_scale import NoiseScale
+    noise = NoiseScale(2, 8)
+    norms = iter([(4.0, 10.0, 100, 10), (3.0, 12.0, 100, 10)])
+    monkeypatch.setattr(noise, "norms", lambda ppo, p: next(norms))
+
+    class P:
+        name = "agent"
+
+    class PPO:
+        policies = [P()]
+
+    g2 = [(100 * 4 - 10 * 10) / 90, (100 * 3 - 10 * 12) / 90]
+    trace = [(10 - 4) / (1 / 10 - 1 / 100), (12 - 3) / (1 / 10 - 1 / 100)]
+    first = noise.measure(PPO())["agent"]
+    assert first["noise_scale"] == pytest.approx(trace[0] / g2[0])
+    assert noise.measure(PPO()) == {}  # not due: every second call
+    second = noise.measure(PPO())["agent"]
+    assert second["noise_scale"] == pytest.approx((0.9 * trace[0] + trace[1])
+                                                  / (0.9 * g2[0] + g2[1]))
+    assert second["noise_scale_run"] == pytest.approx(sum(trace) / sum(g2))
+
+
+def test_noise_scale_is_logged_where_asked(tmp_path):
+    code, rows = train(tmp_path, "--env", "cartpole", "--total_steps", "4096",
+                       "--set", "trainer.noise_scale_every=2", "--num_envs", "8")
+    assert code == 0
+    measured = [r["iteration"] for r in rows if "noise_scale_run/agent" in r]
+    assert measured and all(i % 2 == 1 for i in measured)
+
+
+# ---- the time_to_score search -------------------------------------------------------
+def u_shaped(rates, noise_scale, per_step=8):
+    return lambda value, rate: 1e5 * (1 + value * per_step / noise_scale) / rate
+
+
+def test_quickest_finds_the_bottom_of_the_u():
+    rates = {4: 1000, 8: 1900, 16: 3500, 32: 6000, 64: 8000, 128: 9000, 256: 9500}
+    tried = []
+
+    def throughput(value):
+        tried.append(value)
+        return rates.get(value)
+    out = quickest(throughput, u_shaped(rates, 400), 16, 256)
+    assert out.pick == 32 and tried == [16, 8, 32, 64, 128]
+    assert min(out.times, key=out.times.get) == 32
+
+
+def test_quickest_prefers_the_config_among_near_ties():
+    rates = {8: 5000, 16: 9600, 32: 19000, 64: 20000}
+    out = quickest(rates.get, lambda v, r: 1e5 / r * (1 + v / 1e6), 16, 64)
+    assert out.pick == 32  # 16 is 2x slower; 32 and 64 tie: the nearer
+    flat = {8: 9000, 16: 9500, 32: 10000, 64: 10200}
+    assert quickest(flat.get, lambda v, r: 1e5 / r, 16, 64).pick == 16
+
+
+def test_quickest_picks_steadily_under_trial_noise():
+    """Throughputs jittered by 3% (a quiet machine's trials): the pick stays put."""
+    rates = {2: 1200, 4: 2300, 8: 4200, 16: 7000, 32: 9500, 64: 11000, 128: 11500}
+    picks = set()
+    rng = random.Random(0)
+    for _ in range(50):
+        noisy = {v: r * (1 + rng.uniform(-0.03, 0.03)) for v, r in rates.items()}
+        picks.add(quickest(noisy.get, u_shaped(rates, 300), 16, 128).pick)
+    assert len(picks) == 1
+
+
+def test_quickest_edge_cases():
+    assert quickest(lambda v: None, lambda v, r: 1.0, 4, 8).pick == 0
+    with pytest.raises(GpusimError, match="search start"):
+        quickest(lambda v: 1.0, lambda v, r: 1.0, 9, 8)
+    out = quickest(lambda v: 100.0 * v if v <= 8 else None, lambda v, r: 1e3 / r, 4, 64)
+    assert out.pick == 8 and out.times[16] is None  # a size that did not fit ends the climb
+
+
+def test_time_to_score_objective_sizes_the_run_and_its_budget(tmp_path, capsys):
+    from gpusim.train import main
+    code = main(["--env", "cartpole", "--backend", "cpu", "--auto_scale", "--quiet",
+                 "--results_dir", str(tmp_path), "--set", "scale.objective=time_to_score",
+                 "--set", "scale.noise_scale=2000", "--set", "scale.trial_seconds=0.1",
+                 "--set", "scale.max_num_envs=64", "--set", "trainer.target_return=30"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    (run_dir,) = tmp_path.iterdir()
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    report = config["auto_scale_report"]
+    assert report["noise_scale"] == 2000 and report["objective"] == "time_to_score"
+    assert config["trainer"]["num_envs"] == report["num_envs"]
+    assert set(report["predicted_s"]) >= {32}
+    assert "predicted" in out and "to the score" in out
+    from gpusim.training.scale_to_score import gradient_batch
+    picked = report["num_envs"] * 64 / config["trainer"]["num_minibatches"]
+    base = 32 * 64 / 4
+    assert gradient_batch.__doc__  # (the unit: env steps per gradient step)
+    assert config["trainer"]["total_steps"] == int(499712 * (1 + picked / 2000)
+                                                   / (1 + base / 2000))

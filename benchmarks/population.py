@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine  # noqa: E402
 
-DONE = re.compile(r"done(?P<solved> \(target return reached\))?: (?P<iterations>\d+) iterations, "
+DONE = re.compile(r"done(?P<solved> \(target reached\))?: (?P<iterations>\d+) iterations, "
                   r"[\d,]+ env steps in (?P<train>[\d.]+) s")
 RETURN = re.compile(r"[\w/]+ (-?[\d.]+|n/a)")
 WORKLOADS = {

@@ -195,7 +195,7 @@ def gpusim_solve(num_envs: int, compile_mode: str, seed: int, cache: str) -> dic
         "--total_steps", str(SOLVE_BUDGET), "--set", f"trainer.target_return={TARGET}"],
         cache, seed)
     return {"wall": wall, "steps": rows[-1]["env_steps"],
-            "solved": "(target return reached)" in stdout}
+            "solved": "(target reached)" in stdout}
 
 
 def gpusim_sac(steps: int, compile_mode: str, seed: int, cache: str) -> dict:

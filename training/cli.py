@@ -282,7 +282,7 @@ def train(args, context) -> int:
             config.dump(run_dir / "config.yaml")
     returns = ", ".join(f"{name} {value:.3f}" if value is not None else f"{name} n/a"
                         for name, value in summary["episode_return"].items())
-    solved = " (target return reached)" if summary["solved"] else ""
+    solved = " (target reached)" if summary["solved"] else ""
     print(f"done{solved}: {summary['iterations']} iterations, {summary['env_steps']:,} env steps in "
           f"{summary['time_s']:.1f} s ({rate:,.0f} steps/s); mean return over the last "
           f"{min(100, summary['episodes'])} episodes: {returns}; run directory: {run_dir}")

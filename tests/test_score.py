@@ -265,3 +265,12 @@ def test_time_to_score_objective_sizes_the_run_and_its_budget(tmp_path, capsys):
     assert gradient_batch.__doc__  # (the unit: env steps per gradient step)
     assert config["trainer"]["total_steps"] == int(499712 * (1 + picked / 2000)
                                                    / (1 + base / 2000))
+
+
+def test_a_search_cap_below_the_config_names_both_keys(tmp_path, capsys):
+    from gpusim.train import main
+    code = main(["--env", "cartpole", "--backend", "cpu", "--auto_scale", "--quiet",
+                 "--results_dir", str(tmp_path), "--set", "scale.max_num_envs=16"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "'scale.max_num_envs' (16) is below trainer.num_envs (32)" in err

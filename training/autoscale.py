@@ -340,4 +340,9 @@ def auto_scale(config: RunConfig, env_class, context, log=print,
         raise GpusimError(f"--auto_scale sizes on-policy rollouts ({scalable}); "
                           f"{config.trainer.algorithm} sets its pace with trainer.replay_ratio "
                           "and batch_size: drop --auto_scale")
+    t, scale = config.trainer, config.scale
+    if t.num_envs > scale.max_num_envs and scale.objective != "memory":
+        raise GpusimError(f"config key 'scale.max_num_envs' ({scale.max_num_envs:,}) is below "
+                          f"trainer.num_envs ({t.num_envs:,}), where the search starts: raise "
+                          "scale.max_num_envs or lower trainer.num_envs")
     return AutoScale(config, env_class, context, log, keep_total_steps).run()

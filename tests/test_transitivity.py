@@ -88,7 +88,7 @@ def test_league_cross_plays_a_plain_run_and_summarises_it(plain_run, tmp_path, c
 
 
 def _players(n):
-    return [Player(f"u{k}", "run", k, False, None) for k in range(n)]
+    return [Player(f"u{k}", "run", k, False, torch.nn.Identity()) for k in range(n)]
 
 
 def _cells(x_return):

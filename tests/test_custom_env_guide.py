@@ -49,7 +49,8 @@ def guide_dir(tmp_path_factory):
                 written.append(match.group(1))
     assert sorted(written) == [f"{PACKAGE}/{name}" for name in
                                ("config.py", "config.yaml", "cuda.py", "env.py",
-                                "mistakes.py", "raw.py", "reference.py", "ring_gather.cu")]
+                                "mistakes.py", "pincer_fix.py", "raw.py", "reference.py",
+                                "ring_gather.cu")]
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("GPUSIM_CACHE_DIR", str(root / "cache"))  # compile cache of this test only
         mp.syspath_prepend(str(root))

@@ -29,17 +29,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine  # noqa: E402
 
 # name -> (train.py arguments, the recipe's num_envs and total_steps, target, seeds,
-# B_noise: the gradient noise scale over a run of the recipe to its score, measured with
-# trainer.noise_scale_every=1 (noise_scale_run at the target), given to the search)
+# gradient steps per iteration's share of a rollout: its num_minibatches)
 ENVS = {
-    "cartpole": (["--env", "cartpole"], 32, 499_712, 475.0, 5, 11915),
+    "cartpole": (["--env", "cartpole"], 32, 499_712, 475.0, 5, 4),
     "simple_spread": (["--env", "simple_spread", "--set", "policy.critic=central"],
-                      64, 1_000_000, -19.0, 5, 47761),
+                      64, 1_000_000, -19.0, 5, 4),
     # 3 taggers and 8 runners: the runners' side moves (random taggers hold trained
     # runners 358 +- 21 steps, random ones 301 +- 23); the taggers' does not at this budget
     "tag_continuous_3+8": (["--env", "tag_continuous", "--set", "env.num_taggers=3",
                             "--set", "env.num_runners=8", "--set", "trainer.score_policy=runner",
-                            "--set", "trainer.score_window=64"], 16, 399_872, 345.0, 3, 11439),
+                            "--set", "trainer.score_window=64"], 16, 399_872, 345.0, 3, 2),
 }
 SIZES = (0.25, 1, 4, 16)
 CAP = 3  # a run stops at this many times the recipe's env steps
@@ -47,9 +46,37 @@ ONE_SEED_AT = {"tag_continuous_3+8": 16}  # sizes run with one seed only (their 
 OBJECTIVES = ("time_to_score", "throughput")
 
 
-def run_once(env: str, size, seed: int, objective: str | None = None) -> dict:
+ROLLOUT_LEN = {"cartpole": 64, "simple_spread": 25, "tag_continuous_3+8": 32}
+
+
+def fitted_noise_scale(results: list, env: str) -> float | None:
+    """B_noise as the grid's runs measure it: E(B) = E_min (1 + B / B_noise) fitted by
+    least squares to the median env steps to the score at each size every seed reached
+    (B: env steps per gradient step); None without two such sizes."""
+    _, num_envs, _, _, _, minibatches = ENVS[env]
+    points = []
+    for size in SIZES:
+        runs = [r for r in results if r["env"] == env and r["objective"] is None
+                and r["size"] == size]
+        if runs and all(r["reached"] for r in runs):
+            batch = max(1, round(num_envs * size)) * ROLLOUT_LEN[env] / minibatches
+            points.append((batch, statistics.median(r["env_steps"] for r in runs)))
+    if len(points) < 2:
+        return None
+    mean_b = sum(b for b, _ in points) / len(points)
+    mean_e = sum(e for _, e in points) / len(points)
+    slope = sum((b - mean_b) * (e - mean_e) for b, e in points) / \
+        sum((b - mean_b) ** 2 for b, _ in points)
+    intercept = mean_e - slope * mean_b
+    if slope <= 0:  # more data per step cost nothing measurable
+        return 1e9
+    return max(1.0, intercept / slope)
+
+
+def run_once(env: str, size, seed: int, objective: str | None = None,
+             noise_scale: float | None = None) -> dict:
     """One training run to the score, timed whole; what it reached and where it stopped."""
-    args, num_envs, steps, target, _, noise_scale = ENVS[env]
+    args, num_envs, steps, target, _, _ = ENVS[env]
     with tempfile.TemporaryDirectory() as results:
         cmd = [sys.executable, "-m", "gpusim.train", *args, "--seed", str(seed),
                "--total_steps", str(CAP * steps), "--results_dir", results, "--quiet",
@@ -59,8 +86,8 @@ def run_once(env: str, size, seed: int, objective: str | None = None) -> dict:
             cmd += ["--num_envs", str(max(1, round(num_envs * size)))]
         else:  # the search sizes the batch (under the same cap of steps)
             cmd += ["--auto_scale", "--set", f"scale.objective={objective}"]
-            if objective == "time_to_score":
-                cmd += ["--set", f"scale.noise_scale={noise_scale}"]
+            if objective == "time_to_score" and noise_scale is not None:
+                cmd += ["--set", f"scale.noise_scale={noise_scale:.0f}"]
         start = time.perf_counter()
         out = subprocess.run(cmd, capture_output=True, text=True)
         wall = time.perf_counter() - start
@@ -71,6 +98,7 @@ def run_once(env: str, size, seed: int, objective: str | None = None) -> dict:
         picked = yaml.safe_load((run_dir / "config.yaml").read_text())["trainer"]["num_envs"]
     last = rows[-1]
     return {"env": env, "size": size, "seed": seed, "objective": objective,
+            "noise_scale": noise_scale,
             "num_envs": picked, "reached": "target reached" in out.stdout,
             "wall_s": round(wall, 2), "train_s": last["time_s"], "env_steps": last["env_steps"],
             "score": next((v for k, v in last.items() if k.startswith("score/")), None)}
@@ -134,7 +162,8 @@ def plot(results: list, path: Path):
         ax.set_xlabel("batch, x the recipe's")
         ax.set_title(env)
         ax.set_ylabel("wall s to the score")
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
     fig.suptitle("time to the score: median over seeds, range; red dots missed (censored)",
                  fontsize=9)
     fig.tight_layout()
@@ -165,11 +194,17 @@ def main():
                                and r["objective"] == objective for r in results)
                     if done:
                         continue
-                    result = run_once(env, size, seed, objective)
+                    noise = fitted_noise_scale(results, env) if objective else None
+                    result = run_once(env, size, seed, objective, noise)
                     print(json.dumps(result), flush=True)
                     results.append(result)
                     path.write_text(json.dumps(results, indent=1))
     print(table(results))
+    for env in ENVS:
+        noise = fitted_noise_scale(results, env)
+        if noise is not None:
+            print(f"{env}: B_noise fitted to the grid's env steps to the score: {noise:,.0f} "
+                  "env steps per gradient step")
     plot(results, Path(args.plot))
     print(f"plot: {args.plot}")
 

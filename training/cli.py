@@ -22,6 +22,7 @@ from gpusim.envs import env_class, env_names
 from gpusim.errors import DoesNotFit, GpusimError, describe, exit_code, writing
 from gpusim.scale import distributed
 from gpusim.scale.device import DeviceContext
+from gpusim.scripted import scripted_policies
 
 from . import checkpoint, members, population
 from .acceleration import resolve_precision
@@ -292,6 +293,8 @@ def train(args, context) -> int:
         members.evaluate_members(run_dir, evaluate, num_episodes=config.trainer.final_eval_episodes)
     elif config.trainer.final_eval_episodes >= 2:
         evaluate(run_dir, config.trainer.final_eval_episodes)
+        if scripted_policies(cls):  # and against the env's scripted policies: a yardstick
+            evaluate(run_dir, config.trainer.final_eval_episodes, opponents="scripted")
     return 0
 
 

@@ -9,7 +9,7 @@ random taggers vs trained runners, random vs random). Per pairing it prints
 each policy's mean episode return with a 95% confidence interval, and the
 env's own measures where it has them (tag_continuous: how long runners
 survive and how many are still free at the end). The figures also go to
-RUN_DIR/eval.json.
+RUN_DIR/eval.json (with --opponents scripted: RUN_DIR/eval_scripted.json).
 
 A population run (`trainer.population`) is evaluated member by member, every
 policy trained, with each setting's mean over its seeds (a 95% bootstrap
@@ -207,8 +207,9 @@ def evaluate(run_dir, num_episodes: int = 64, num_envs: int | None = None, seed:
         log(f"  {name}:")
         for key, value in summary.items():
             log(f"    {key:<28} {value['mean']:10.3f} +- {value['ci95']:.3f}")
-    with writing(run_dir / "eval.json"):
-        (run_dir / "eval.json").write_text(json.dumps(
+    out = run_dir / ("eval.json" if opponents == "random" else f"eval_{opponents}.json")
+    with writing(out):
+        out.write_text(json.dumps(
             {"episodes": num_episodes, "seed": seed, "deterministic": deterministic,
              "opponents": opponents, "pairings": results}, indent=1))
     return results

@@ -8,7 +8,7 @@ from gpusim.config import require
 from gpusim.errors import ConfigError, GpusimError
 from gpusim.sizes import parse_size
 
-OBJECTIVES = ("throughput", "memory", "time_to_score")
+OBJECTIVES = ("auto", "throughput", "memory", "time_to_score")
 ONE_WEEK_S = 7 * 24 * 3600  # longest wait accepted: longer ones overflow datetime.timedelta
 
 

@@ -116,8 +116,8 @@ def test_set_state_rejects_a_timestep_past_the_rounds():
 # ---- training.mixtures on a tiny league run -------------------------------------------------
 def test_pool_mixture_weighs_the_pools_snapshots(tmp_path):
     from gpusim import train
-    from training import mixtures
-    from training.league_players import open_run
+    from gpusim.training import mixtures
+    from gpusim.training.league_players import open_run
     threads = torch.get_num_threads(), numba.get_num_threads()
     try:
         assert train.main(["--env", "biased_rps", "--backend", "cpu", "--num_envs", "8",

@@ -98,7 +98,7 @@ def run_once(env: str, size, seed: int, objective: str | None = None,
         picked = yaml.safe_load((run_dir / "config.yaml").read_text())["trainer"]["num_envs"]
     last = rows[-1]
     return {"env": env, "size": size, "seed": seed, "objective": objective,
-            "noise_scale": noise_scale,
+            "noise_scale": noise_scale if objective == "time_to_score" else None,
             "num_envs": picked, "reached": "target reached" in out.stdout,
             "wall_s": round(wall, 2), "train_s": last["time_s"], "env_steps": last["env_steps"],
             "score": next((v for k, v in last.items() if k.startswith("score/")), None)}
@@ -188,7 +188,7 @@ def main():
             seeds = args.seeds or ENVS[env][4]
             cells = [(s, None) for s in args.sizes] + [(None, o) for o in args.objectives]
             for size, objective in cells:
-                n = 1 if size == ONE_SEED_AT.get(env) else seeds
+                n = 1 if size is not None and size == ONE_SEED_AT.get(env) else seeds
                 for seed in range(n):
                     done = any(r["env"] == env and r["seed"] == seed and r["size"] == size
                                and r["objective"] == objective for r in results)

@@ -95,12 +95,14 @@ def run_once(env: str, size, seed: int, objective: str | None = None,
             raise SystemExit(f"{' '.join(cmd)} failed:\n{out.stderr[-2000:]}")
         run_dir = next(Path(results).iterdir())
         rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-        picked = yaml.safe_load((run_dir / "config.yaml").read_text())["trainer"]["num_envs"]
+        saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    picked = saved["trainer"]["num_envs"]
+    search_s = (saved.get("auto_scale_report") or {}).get("search_s", 0.0)
     last = rows[-1]
     return {"env": env, "size": size, "seed": seed, "objective": objective,
             "noise_scale": noise_scale if objective == "time_to_score" else None,
             "num_envs": picked, "reached": "target reached" in out.stdout,
-            "wall_s": round(wall, 2), "train_s": last["time_s"], "env_steps": last["env_steps"],
+            "wall_s": round(wall, 2), "search_s": search_s, "train_s": last["time_s"], "env_steps": last["env_steps"],
             "score": next((v for k, v in last.items() if k.startswith("score/")), None)}
 
 
@@ -115,7 +117,7 @@ def summary(runs: list) -> dict:
 
 def table(results: list) -> str:
     lines = ["| env | size (x recipe batch) | num_envs | runs reaching the score | "
-             "median wall s [range] |", "|---|---|---:|---:|---|"]
+             "median wall s [range] | of it, the search |", "|---|---|---:|---:|---|---:|"]
     for env in ENVS:
         keys = [("grid", s) for s in SIZES] + [("auto", o) for o in OBJECTIVES]
         for kind, key in keys:
@@ -128,9 +130,11 @@ def table(results: list) -> str:
             label = f"{key:g}" if kind == "grid" else f"--auto_scale ({key})"
             envs = sorted({r["num_envs"] for r in runs})
             mark = ">" if s["censored_median"] else ""
+            search = statistics.median(r.get("search_s") or 0.0 for r in runs)
             lines.append(f"| {env} | {label} | {', '.join(map(str, envs))} | "
                          f"{s['reached']}/{s['runs']} | {mark}{s['median_s']:.1f} "
-                         f"[{s['min_s']:.1f}, {s['max_s']:.1f}] |")
+                         f"[{s['min_s']:.1f}, {s['max_s']:.1f}] | "
+                         + (f"{search:.1f} |" if kind == "auto" else "- |"))
     return "\n".join(lines)
 
 

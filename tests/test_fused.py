@@ -102,7 +102,8 @@ def run_steps(trainer, step, steps):
     returns = torch.randn(rows.numel(), generator=generator)
     policy.step, eager = step, policy.step
     try:
-        stats = [algorithm.minibatch_step(policy, rows[k::2], None, advantages, returns).clone()
+        stats = [algorithm.minibatch_step(policy, rows[None, k::2], None, advantages,
+                                          returns)[0].clone()
                  for k in range(steps)]
     finally:
         policy.step = eager
@@ -117,13 +118,15 @@ def test_fused_minibatch_steps_equal_eager_ones(name):
     algorithm.collect(0)
     policy = algorithm.policies[0]
     compiled = policy.step
-    assert compiled.compiled is not None
+    assert compiled.whole is not None
     start = (copy.deepcopy(policy.model.state_dict()), copy.deepcopy(policy.adam.state_dict()))
     fused_stats, fused_params = run_steps(trainer, compiled, 3)
-    assert compiled.compiled.compiled is not None  # it ran compiled, no fallback
+    assert compiled.whole.compiled is not None  # it ran compiled, no fallback
     policy.model.load_state_dict(start[0])
     policy.adam.load_state_dict(start[1])
-    eager_stats, eager_params = run_steps(trainer, compiled.chunked, 3)
+    chunked = copy.copy(compiled)  # the same step, chunked eagerly
+    chunked.whole = None
+    eager_stats, eager_params = run_steps(trainer, chunked, 3)
     for a, b in zip(fused_stats, eager_stats):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
     for a, b in zip(fused_params, eager_params):

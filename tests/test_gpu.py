@@ -122,15 +122,15 @@ def test_graphed_training_captures_and_matches_eager(env, overrides):
             torch.manual_seed(0)
             stats.append([trainer.iterate(1e-3) for _ in range(4)])
         if capture:
-            assert algorithm.rollout_graph.graph is not None
-            if algorithm.whole_update:
-                assert algorithm.update_graph.graph is not None
+            assert algorithm.speed.rollout.graph is not None
+            if algorithm.speed.whole:
+                assert algorithm.speed.update_all.graph is not None
             else:
                 assert all(graph.graph is not None for p in algorithm.policies
                            for graph in p.graphs())
     # with per-agent done the rows out of play are left out (chunks) unless weighed 0
     chunked = env == "tag_continuous" and overrides.get("trainer.out_of_play") != "weigh"
-    assert algorithm.whole_update == (not chunked)
+    assert algorithm.speed.whole == (not chunked)
     for on, off in zip(*stats):
         for name in off:
             for key in ("value_loss", "entropy", "approx_kl"):

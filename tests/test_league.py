@@ -106,7 +106,7 @@ def test_each_policy_trains_only_on_the_replicas_where_it_learns():
     algorithm.collect(0)
     envs, agents = algorithm.env.num_envs, None
     for p in algorithm.policies:
-        (units,), _ = algorithm.units(p)
+        (units,) = algorithm.units(p).rows
         agents = p.spec.num_agents
         replicas = (units[:, 0] // agents) % envs
         learns = set(algorithm.league.trains_on(p.name))

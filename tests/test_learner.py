@@ -36,7 +36,7 @@ def gradients_of_one_step(trainer, buffer=None):
         rows = torch.arange(policy.buffer.rewards.numel())
         advantages = torch.linspace(-1, 1, rows.numel())
         returns = torch.linspace(0, 2, rows.numel())
-        stats = trainer.algorithm.minibatch_step(policy, rows, None, advantages, returns)
+        stats = trainer.algorithm.minibatch_step(policy, rows[None], None, advantages, returns)[0]
     finally:
         policy.adam.step = step
     return seen[0], stats
@@ -121,7 +121,7 @@ def test_a_failing_compile_falls_back_with_one_line(monkeypatch, capsys):
     assert len(lines) == 2 and "compiling policy 'agent' (update)" in lines[0]
     assert "inductor exploded" in lines[1] and "(update)" in lines[1]
     assert "traceback" not in lines[1]
-    assert all(p.step.compiled.compiled is None for p in trainer.algorithm.policies)
+    assert all(p.step.whole.compiled is None for p in trainer.algorithm.policies)
 
 
 @pytest.mark.slow
@@ -129,7 +129,7 @@ def test_torch_compile_on_the_cpu_trains():
     trainer = cartpole_trainer(compile="on", total_steps=8 * 32 * 2)
     trainer.train()
     policy = trainer.algorithm.policies[0]
-    assert policy.step.compiled.compiled is not None  # trained through the fused step
+    assert policy.step.whole.compiled is not None  # trained through the fused step
     assert not (policy.value.active or policy.forward.active)  # rollouts act eagerly
 
 

@@ -71,7 +71,7 @@ def test_each_member_trains_as_its_solo_run(case, monkeypatch):
 
     def noted(self, buf):
         out = units(self, buf)
-        counts.append([u.shape[0] for u in out[0]])
+        counts.append([u.shape[0] for u in out.rows])
         return out
     monkeypatch.setattr(type(trainer.algorithm), "units", noted)
     got = iterations(trainer, 3)
@@ -286,7 +286,7 @@ def test_the_members_still_learning_train_as_their_solo_runs_once_one_stops():
     params = list(algorithm.policies[0].model.parameters())
     stopped = [p[0].clone() for p in params]
     got += iterations(trainer, 2)
-    assert algorithm.learning.tolist() == [1, 2]
+    assert algorithm.members.learning().tolist() == [1, 2]
     assert all(torch.equal(p[0], saved) for p, saved in zip(params, stopped))
     for k in (1, 2):
         assert_member_is_solo(got, solo("cartpole", k, 3), "one stopped", f"m{k}")
@@ -306,7 +306,7 @@ def test_members_train_on_their_rows_in_play():
     active[:, 0:4, 0] = False      # member 0: a third of its rows out of play
     active[:, 4:8, :] = False      # member 1: every row
     active[:, 8:12, 2] = False     # member 2: a third
-    units, weights = algorithm.units(runner)
+    units, weights = algorithm.units(runner).rows, algorithm.units(runner).weights
     flat = active.reshape(-1)
     every = active[:, 0:4].numel()
     assert [u.shape[0] for u in units] == [every * 2 // 3, every, every * 2 // 3]

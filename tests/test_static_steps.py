@@ -108,8 +108,9 @@ def test_consecutive_rollouts_and_updates_are_the_same_steps_with_no_host_read(c
     for call in ("collect", "update"):
         runs = []
         for _ in range(2):
+            orders = algorithm.orders()  # (drawn before the update)
             with Recorder() as recorder, counting_host_reads() as python_reads:
-                algorithm.collect(0) if call == "collect" else algorithm.update_all()
+                algorithm.collect(0) if call == "collect" else algorithm.update_all(orders)
             runs.append(recorder.ops)
             assert python_reads["reads"] == 0, f"{call} reads the device from Python"
         assert runs[0] == runs[1], f"{call}: the second call ran other operations or shapes"
@@ -148,7 +149,7 @@ def test_rollout_steps_and_minibatch_steps_repeat(case, monkeypatch):
         steps.append((p.name, inner.ops))
         return out
     monkeypatch.setattr(PPO, "minibatch_step", marked)
-    algorithm.update_all()
+    algorithm.update_all(algorithm.orders())
     for name in {name for name, _ in steps}:
         ops = [o for n, o in steps if n == name]
         assert len(ops) == 4 and all(o == ops[0] for o in ops), name  # 2 epochs x 2
@@ -240,8 +241,8 @@ def test_out_of_play_weigh_trains_every_row():
             trainer.algorithm.collect(0)
             if not buf.active.all():
                 break
-        (units,), weights = trainer.algorithm.units(trainer.algorithm.policies[1])
-        counts[choice] = (units.shape[0], weights is None)
+        units = trainer.algorithm.units(trainer.algorithm.policies[1])
+        counts[choice] = (units.rows[0].shape[0], units.weights is None)
         in_play = int(buf.active.sum())
     assert counts["skip"] == (in_play, True)
     assert counts["weigh"] == (buf.active.numel(), False) and in_play < buf.active.numel()

@@ -21,8 +21,10 @@ Both are checked against `torch.optim.Adam` (tests/test_descent.py).
 
 **The ways a step runs.**
 
-- `MinibatchStep`: PPO's minibatch step, eagerly, in chunks of at most `chunk` units
-  (rows, or a recurrent policy's sequences): each chunk's loss, weighted by its share
+- `MinibatchStep`: PPO's minibatch step (its rows leading with the members: a solo run
+  is a population of one), eagerly, in chunks of at most `chunk` units (rows, or a
+  recurrent policy's sequences), or compiled whole (`whole`) where it is one chunk: each
+  chunk's loss, weighted by its share
   of the minibatch's rows, backpropagated into gradient buffers that stay the
   parameters' `.grad`; then clipping and Adam, and the buffers zeroed. So a large
   minibatch takes the gradient of its mean loss in bounded memory. Under DDP, chunks
@@ -199,31 +201,36 @@ def adam_update(params: list, grads: list, exp_avg: list, exp_avg_sq: list, step
 class MinibatchStep:
     """One gradient step on a minibatch, chunked (see the module).
 
-    `loss_fn(rows, adv, returns, weights)` -> (statistics, loss): the algorithm's plain
-    loss on a chunk's rows (their leading dims: `unit_dim` the units, a population's
-    members before it); `no_sync()`: DDP's context for the chunks before the last.
+    `loss_fn(rows, adv, returns, weights, members)` -> (statistics, loss), per member: the
+    algorithm's plain loss on a chunk's rows (leading with the members, then the units);
+    `no_sync()`: DDP's context for the chunks before the last; `whole(rows, adv, returns,
+    weights)`: the step compiled whole (`CompiledDescent`), tried first where the minibatch
+    is one chunk and every member steps (None once compiling failed).
     """
 
-    def __init__(self, loss_fn, adam: Adam, chunk: int, unit_dim: int = 0, no_sync=None,
-                 pad: bool = False, graphs: bool = False, what: str = "the minibatch",
-                 timer=None):
+    def __init__(self, loss_fn, adam: Adam, chunk: int, no_sync=None, pad: bool = False,
+                 graphs: bool = False, what: str = "the minibatch", timer=None, whole=None):
         """`pad`: every chunk `chunk` units (a captured chunk has one shape: the last one
         is padded); `graphs`: the chunk and optimizer steps captured as CUDA graphs."""
-        self.loss_fn, self.adam, self.chunk, self.unit_dim = loss_fn, adam, chunk, unit_dim
-        self.no_sync, self.pad = no_sync, pad
+        self.loss_fn, self.adam, self.chunk, self.unit_dim = loss_fn, adam, chunk, 1
+        self.no_sync, self.pad, self.whole = no_sync, pad, whole
         self.grads = [torch.zeros_like(p) for p in adam.params]
         self.chunk_step = StepGraph(self._chunk, f"{what}'s chunk", graphs, timer)
         self.optimizer_step = StepGraph(self._optimizer_step, f"{what}'s optimizer step",
                                         graphs, timer)
 
     def __call__(self, rows, adv, returns, weights, total, members=None):
-        """The step on `rows` with their normalised advantages, returns and weights (None:
-        every row counts), `total` the weights' sum (None: the rows' count); only the
-        population members `members` (indices; None: all) step. Returns the minibatch's
-        statistics."""
+        """The step on `rows` (members, units[, length]) with their normalised advantages,
+        returns and weights (None: every row counts), `total` the weights' sum per member
+        (None: the rows' count); only the population members `members` (indices; None:
+        all) step. Returns the minibatch's statistics, per member."""
+        count = rows.shape[self.unit_dim]
+        if self.whole is not None and count <= self.chunk and members is None:
+            out = self.whole(rows, adv, returns, weights)
+            if out is not None:
+                return out
         for p, grad in zip(self.adam.params, self.grads):
             p.grad = grad  # (accumulated into in place: a captured backward needs it so)
-        count = rows.shape[self.unit_dim]
         if self.pad and weights is None:  # (one form for every chunk: weighted)
             weights = torch.ones(rows.shape, device=adv.device)
             total = weights.sum(tuple(range(self.unit_dim, weights.dim())))
@@ -243,14 +250,14 @@ class MinibatchStep:
             sync = self.no_sync() if self.no_sync is not None and not last \
                 else contextlib.nullcontext()
             with sync:
-                stats = stats + self.chunk_step(*part, share)
+                stats = stats + self.chunk_step(*part, share, members)
         self.optimizer_step(members)
         return stats
 
-    def _chunk(self, rows, adv, returns, weights, share):
-        chunk_stats, loss = self.loss_fn(rows, adv, returns, weights)
+    def _chunk(self, rows, adv, returns, weights, share, members=None):
+        chunk_stats, loss = self.loss_fn(rows, adv, returns, weights, members)
         (loss * share).sum().backward()
-        if share.dim():  # a population's: one share per member
+        if share.dim():  # one share per member
             share = share.reshape(share.shape + (1,) * (chunk_stats.dim() - share.dim()))
         return chunk_stats * share
 

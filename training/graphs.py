@@ -13,7 +13,8 @@ how it is run. A step may be captured only if it is static: the same operations 
 tensors of the same shapes at every call, no host read of a device value, no
 Python state that changes between calls (tests/test_static_steps.py checks the
 learners' steps on the CPU). Its inputs are copied into tensors the graph reads
-(kept from the capture); its outputs are the tensors the capture made, which every
+(kept from the capture; nested inputs too: lists, dicts, dataclasses registered as
+pytrees; inputs of other shapes are captured again); its outputs are the tensors the capture made, which every
 replay overwrites (read them before the next call). What it reads besides (buffers,
 parameters, a learning rate changed in place) must be the same tensors at every
 call. gpusim's env and sampler kernels launch on torch's current stream, so the
@@ -26,6 +27,7 @@ from __future__ import annotations
 import sys
 
 import torch
+from torch.utils._pytree import tree_flatten as _flatten, tree_unflatten
 
 from gpusim.errors import ConfigError, describe
 
@@ -50,7 +52,7 @@ class StepGraph:
         self.timer = timer  # paused during the capture: its events would be recorded, not run
         self.calls = 0
         self.graph = None
-        self.inputs = self.outputs = None  # the captured call's
+        self.inputs = self.outputs = self.layout = None  # the captured call's
 
     def warming_up(self) -> bool:
         """Whether a call is still to capture the graph."""
@@ -60,13 +62,16 @@ class StepGraph:
         self.calls += 1
         if not self.enabled or self.calls == 1:
             return self.step(*inputs)
+        given, layout = tree_flatten(inputs)
+        if self.graph is not None and layout != self.layout:  # (another shape: capture again)
+            self.graph = None
         if self.graph is None:
-            self._capture(inputs)
+            self._capture(given, layout)
             if self.graph is None:
                 return self.step(*inputs)
-        for static, given in zip(self.inputs, inputs):
+        for static, new in zip(self.inputs, given):
             if isinstance(static, torch.Tensor):
-                static.copy_(given)
+                static.copy_(new)
         self.graph.replay()
         return self.outputs
 
@@ -74,21 +79,40 @@ class StepGraph:
         """Forget the graph (the tensors it reads were replaced): the next call captures."""
         self.graph, self.calls = None, min(self.calls, 1)
 
-    def _capture(self, inputs: tuple):
+    def _capture(self, given: list, layout):
         graph = torch.cuda.CUDAGraph()
-        static = tuple(x.clone() if isinstance(x, torch.Tensor) else x for x in inputs)
+        static = [x.clone() if isinstance(x, torch.Tensor) else x for x in given]
         # the eager call ran on the current stream; the capture runs on torch's side stream
         torch.cuda.synchronize()
         try:
             with _paused(self.timer), torch.cuda.graph(graph, capture_error_mode="thread_local"):
-                outputs = self.step(*static)
+                outputs = self.step(*tree_unflatten(static, layout.spec))
         except Exception as exc:  # noqa: BLE001 - any capture failure: run eagerly
             torch.cuda.synchronize()
             print(f"gpusim: a CUDA graph of {self.what} could not be captured "
                   f"({describe(exc)[:200]}); running it eagerly", file=sys.stderr, flush=True)
             self.enabled = False
             return
-        self.graph, self.inputs, self.outputs = graph, static, outputs
+        self.graph, self.inputs, self.outputs, self.layout = graph, static, outputs, layout
+
+
+class TreeLayout:
+    """Inputs' nesting and their tensors' shapes: a captured graph replays only on inputs
+    laid out as the capture's."""
+
+    def __init__(self, spec, shapes: list):
+        self.spec, self.shapes = spec, shapes
+
+    def __eq__(self, other):
+        return isinstance(other, TreeLayout) and self.spec == other.spec \
+            and self.shapes == other.shapes
+
+
+def tree_flatten(inputs: tuple) -> tuple:
+    """(the tensors and other leaves of nested inputs, their layout)."""
+    leaves, spec = _flatten(inputs)
+    return leaves, TreeLayout(spec, [x.shape if isinstance(x, torch.Tensor) else x
+                                     for x in leaves])
 
 
 class _paused:

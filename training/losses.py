@@ -79,12 +79,10 @@ def ppo_objective(new, old_log_prob, old_value, advantages, returns, weights, cl
                   clip_vloss: bool, ent_coef, vf_coef, dim=None):
     """(detached statistics: policy loss, value loss, entropy, approx KL, clip fraction;
     the loss to minimise) of PPO, from the training pass's `new` (log-prob, entropy,
-    value). With `dim` -1 every input leads with a population's members, the coefficients
-    are theirs ((members,) tensors) and so are the results: statistics (members, 5), the
-    loss (members,)."""
+    value). With `dim` -1 every input leads with a population's members, and so do the
+    results: statistics (members, 5), the loss (members,); each coefficient is a number or
+    one per member (`clip_coef` (members, 1), beside its rows)."""
     new_log_prob, entropy, new_value = new
-    if dim is not None:  # a coefficient per member, beside its rows
-        clip_coef = clip_coef[:, None]
     pg_loss, clip_fraction = policy_loss(new_log_prob, old_log_prob, advantages, clip_coef,
                                          weights, dim)
     v_loss = value_loss(new_value, old_value, returns, clip_coef if clip_vloss else None,

@@ -187,10 +187,10 @@ class Members:
         return [f"{name}/{m.name}" for name in policies for m in self.list]
 
     def report(self, policies, values: list) -> dict:
-        """`values` (policies x members x statistics, or policies x statistics for a solo
-        run) as {reported name: values}, for the members still learning."""
+        """`values` (policies x members x statistics) as {reported name: values}, for the
+        members still learning (a solo run's always)."""
         if self.solo:
-            return dict(zip(policies, values))
+            return {name: v[0] for name, v in zip(policies, values)}
         return {f"{name}/{m.name}": values[i][k] for i, name in enumerate(policies)
                 for k, m in enumerate(self.list) if self.alive[k]}
 

@@ -179,3 +179,13 @@ def _merge(out):
     if isinstance(out, torch.Tensor) and out.dim() >= 2:
         return out.reshape((-1,) + out.shape[2:])
     return out
+
+
+def one_member(forward):
+    """A lone network's training pass `forward` as a population of one's: its inputs'
+    member dim (of 1) dropped, its outputs' put back; `members` (who still learns) is
+    every one."""
+    def run(*inputs, members=None):
+        out = forward(*(x if x is None else x[0] for x in inputs))
+        return tuple(o[None] for o in out)
+    return run

@@ -100,21 +100,20 @@ class Algorithm:
 
     def guarded(self, update, learning: bool = True) -> dict:
         """`update()` (every policy's update; their statistics as one tensor, policies x
-        [members x] statistics), read once; a population's member whose statistics or
+        members x statistics, a solo run's member dim optional), read once; a population's member whose statistics or
         parameters stopped being finite put back to its state before it and frozen. The
         statistics by reported name (of the members still learning)."""
         members, policies = self.members, self.policies
         before = [stacked_state(self.tensors(p)) for p in policies] \
             if learning and not members.solo else None
-        values = update().tolist()  # one host read
+        values = update().reshape(len(policies), members.count, -1).tolist()  # one host read
         if before is not None:
             finite = finite_members([q for p in policies for q in p.model.parameters()],
                                     members.count)
             members.freeze_diverged(values, finite, lambda k: [
                 restore_member(self.tensors(p), saved, k) for p, saved in zip(policies, before)])
         return members.report([p.name for p in policies],
-                              [dict(zip(self.stats, v)) if members.solo
-                               else [dict(zip(self.stats, m)) for m in v] for v in values])
+                              [[dict(zip(self.stats, m)) for m in v] for v in values])
 
     @staticmethod
     def tensors(p) -> list:

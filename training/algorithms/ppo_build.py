@@ -13,6 +13,7 @@ a minibatch step runs in chunks of `max_minibatch_rows` rows, or compiled whole
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -23,12 +24,10 @@ from ..acceleration import MaybeCompiled
 from ..actors import Actors
 from ..descent import Adam, CompiledDescent, MinibatchStep
 from ..graphs import FixedChunks, StepGraph
-from ..league import League, NoLeague
 from ..models import make_model
-from ..noise_scale import NoiseScale
 from ..population import noise_generator
-from ..stacked import StackedPolicy
-from .rollout import PolicyBuffer, TruncationBootstrap, buffer_bytes
+from ..stacked import StackedPolicy, one_member
+from .rollout import PolicyBuffer, buffer_bytes
 
 
 @dataclass
@@ -43,8 +42,10 @@ class Policy:
     buffer: PolicyBuffer
     train_model: torch.nn.Module  # the model, or its DistributedDataParallel wrapper
     value: object = None     # critic input -> value, for rollouts
-    forward: object = None   # the training pass: (obs, actions, mask, critic_obs) -> (log-prob,
-                             # entropy, value)
+    forward: object = None   # the training pass: (obs, actions, mask, critic_obs, members=)
+                             # -> (log-prob, entropy, value), each leading with the members
+    rows_valued: bool = False  # whether the critic runs on flat buffer rows (`value_rows`)
+    rollout_values: object = None  # the critic over the stored rollout, into its values
     step: object = None      # one minibatch step (training.descent)
     value_rows: object = None  # the critic on flat buffer rows, in fixed-size chunks
     gae: object = None       # losses.gae with this run's gamma and lambda
@@ -59,39 +60,31 @@ class Policy:
                 self.step.optimizer_step]
 
 
-def build(ppo):
-    """A PPO's parts (see the module)."""
-    env, t, members = ppo.env, ppo.config.trainer, ppo.members
-    mask = env.action_mask()
-    ppo.mask_width = 0 if mask is None else mask.shape[-1]
-    ppo.state_dim = env.global_state().shape[-1] if ppo.central else 0
+def check_buffers_fit(ppo):
+    """Refuse, before allocating, rollout buffers or networks the device cannot hold."""
+    env, t = ppo.env, ppo.config.trainer
     env.backend.check_fits(
         f"the rollout buffers ({t.rollout_len} steps x {env.num_envs:,} replicas x "
         f"{env.num_agents} agents)",
         sum(buffer_bytes(spec, t.rollout_len, env.num_envs, ppo.state_dim, ppo.mask_width)
             for spec in env.policy_specs.values()))
-    ppo.check_models_fit(networks=2 * members.count)  # an actor and a critic each
-    ppo.policies = make_policies(ppo)
-    ppo.league = League(ppo) if ppo.cfg.league else NoLeague()
-    ppo.actors = Actors(env, {p.name: ppo.league.acting(p.name, p.model) for p in ppo.policies},
-                        wrap=lambda fn, what: MaybeCompiled(fn, what, ppo.compile_acting))
-    for p in ppo.policies:
-        counted = ppo.league.counted(p.name, env.num_envs, env.device)
-        if counted is not None:
-            ppo.episodes.counted[p.name] = counted
-    ppo.bootstrap = TruncationBootstrap(env, t.rollout_len, t.gamma, ppo.central,
-                                        ppo.actors.memory)
-    ppo.shuffles = members.shuffles()
-    ppo.episodes.members = members.count
-    # a number each (solo), or one per member: what the loss and GAE take
-    ppo.coefs = tuple(members.setting(k) for k in ("clip_coef", "ent_coef", "vf_coef"))
-    lam = members.setting("gae_lambda")
-    ppo.lam = lam if members.solo else lam.repeat_interleave(t.num_envs)[None, :, None]
-    per_member = () if members.solo else (members.count,)
-    ppo.update_stats = torch.zeros((len(ppo.policies),) + per_member + (len(ppo.stats),),
-                                   device=env.device)
-    ppo.noise = NoiseScale.for_run(ppo)  # the gradient noise scale, where asked for
-    choose_speed(ppo)
+    ppo.check_models_fit(networks=2 * ppo.members.count)  # an actor and a critic each
+
+
+def make_actors(ppo) -> Actors:
+    """Every agent's actor: a policy's model, or in a league its replicas' snapshots too."""
+    return Actors(ppo.env, {p.name: ppo.league.acting(p.name, p.model) for p in ppo.policies},
+                  wrap=lambda fn, what: MaybeCompiled(fn, what, ppo.compile_acting))
+
+
+def coefficients(members, num_envs: int) -> tuple:
+    """(clip, entropy and value coefficients; GAE's lambda): a number each (one member), or
+    one per member shaped to broadcast over its rows."""
+    clip, ent, vf, lam = (members.setting(k) for k in ("clip_coef", "ent_coef", "vf_coef",
+                                                       "gae_lambda"))
+    if members.solo:
+        return (clip, ent, vf), lam
+    return (clip[:, None], ent, vf), lam.repeat_interleave(num_envs)[None, :, None]
 
 
 def make_policies(ppo) -> list:
@@ -120,70 +113,79 @@ def make_policies(ppo) -> list:
     return policies
 
 
-def choose_speed(ppo):
+@dataclass
+class Speed:
+    """How a PPO run runs, chosen once (`choose_speed`): its rollout, and its whole update
+    where that is one graph (every member runs in it, those no longer learning at rate
+    0), each a `StepGraph` (replayed where captured); each policy's parts its own."""
+    rollout: StepGraph
+    update_all: StepGraph
+    whole: bool               # the whole update one graph
+    policies: list
+
+    def update(self, orders: dict, learning) -> torch.Tensor:
+        return self.update_all(orders, None if self.whole else learning)
+
+    def graphs(self) -> list:
+        return [self.rollout, self.update_all] + [g for p in self.policies for g in p.graphs()]
+
+
+def choose_speed(ppo) -> Speed:
     """Wrap PPO's methods in the speed this device allows (see the module)."""
     env, cfg, t = ppo.env, ppo.cfg, ppo.config.trainer
-    static, graphs, timer = ppo.static, ppo.use_graphs, ppo.timer
+    static, graphs, timer, solo = ppo.static, ppo.use_graphs, ppo.timer, ppo.members.solo
     fixed = env.agent_active_array is None or cfg.out_of_play == "weigh" or ppo.bptt_len
     # the whole update one graph where its shapes are fixed (DDP all-reduces inside it)
-    ppo.whole_update = static and fixed and not ppo.distributed
-    ppo.rollout_graph = StepGraph(ppo.rollout, "the rollout", graphs, timer)
-    ppo.update_graph = StepGraph(ppo.update_all, "the update", graphs and ppo.whole_update,
-                                 timer)
-    parts = static and not ppo.whole_update and not ppo.distributed  # else its parts
+    whole = static and fixed and not ppo.distributed
+    parts = static and not whole and not ppo.distributed  # else its parts
     chunk = max(1, cfg.max_minibatch_rows // max(1, ppo.bptt_len))  # units per chunk
     fused = ppo.use_compile and not ppo.distributed and not ppo.bptt_len
     for p in ppo.policies:
         what = f"policy {p.name!r}"
         p.value = MaybeCompiled(p.model.value, f"{what} (value)", ppo.compile_acting)
-        p.forward = MaybeCompiled(p.train_model, f"{what} (update)", ppo.use_compile and not fused)
+        train = MaybeCompiled(p.train_model, f"{what} (update)", ppo.use_compile and not fused)
+        # a lone network is a population of one; stacked ones take the member dim
+        p.forward = one_member(train) if solo else p.model.training_pass
+        p.rows_valued = solo and not ppo.central  # the critic runs on flat buffer rows
+        p.rollout_values = functools.partial(
+            ppo.values_by_members if not solo else
+            ppo.values_by_steps if not ppo.bptt_len else no_values, p)
         p.gae = StepGraph(lambda r, v, d, n: losses.gae(r, v, d, n, t.gamma, ppo.lam),
                           f"{what}'s GAE", graphs and parts, timer)
         p.value_rows = FixedChunks(
             lambda rows, p=p: ppo.critic(p, take(p.buffer.flat("obs"), rows), None),
             cfg.max_minibatch_rows, f"{what}'s value chunk", parts, graphs, timer)
-        chunked = MinibatchStep(lambda *batch, p=p: ppo.loss(p, *batch), p.adam, chunk,
-                                unit_dim=0 if ppo.members.solo else 1,
-                                no_sync=p.train_model.no_sync if ppo.distributed else None,
-                                pad=parts, graphs=graphs and parts,
-                                what=f"{what}'s minibatch", timer=timer)
-        p.step = chunked if not fused else CompiledFirst(compiled_step(ppo, p), chunked, chunk)
-        if p.forward.active:
-            probe(ppo, p)
+        p.step = MinibatchStep(lambda *batch, p=p: ppo.loss(p, *batch), p.adam, chunk,
+                               no_sync=p.train_model.no_sync if ppo.distributed else None,
+                               pad=parts, graphs=graphs and parts,
+                               what=f"{what}'s minibatch", timer=timer,
+                               whole=compiled_step(ppo, p) if fused else None)
+        if train.active:
+            probe(ppo, p, train)
+    return Speed(StepGraph(ppo.rollout, "the rollout", graphs, timer),
+                 StepGraph(ppo.update_all, "the update", graphs and whole, timer), whole,
+                 ppo.policies)
+
+
+def no_values(p: Policy):
+    """A recurrent policy's values: stored per step as it acted."""
 
 
 def compiled_step(ppo, p: Policy) -> CompiledDescent:
     """A minibatch step as one compiled call: PPO's loss on the parameters, differentiated
-    and stepped inside (training.descent)."""
+    and stepped inside (training.descent); of a lone network (compiling is solo)."""
     def loss(params, rows, adv, returns, weights):
         def forward(*inputs):
             return torch.func.functional_call(p.model, params, inputs)
-        stats, value = ppo.loss(p, rows, adv, returns, weights, forward=forward)
-        return value, stats
+        stats, value = ppo.loss(p, rows, adv, returns, weights, forward=one_member(forward))
+        return value.sum(), stats
     return CompiledDescent({"model": (dict(p.model.named_parameters()), p.adam)},
                            lambda descent, *batch: descent.step("model", loss, *batch),
                            f"policy {p.name!r} (update)",
                            dynamic=ppo.env.agent_active_array is not None)  # rows vary
 
 
-class CompiledFirst:
-    """A minibatch step compiled whole where it is one chunk and compiling worked, else
-    the chunked eager step."""
-
-    def __init__(self, compiled: CompiledDescent, chunked: MinibatchStep, chunk: int):
-        self.compiled, self.chunked, self.chunk = compiled, chunked, chunk
-        self.chunk_step, self.optimizer_step = chunked.chunk_step, chunked.optimizer_step
-        self.pad = chunked.pad
-
-    def __call__(self, rows, adv, returns, weights, total, members=None):
-        if rows.shape[0] <= self.chunk:
-            out = self.compiled(rows, adv, returns, weights)
-            if out is not None:
-                return out
-        return self.chunked(rows, adv, returns, weights, total, members)
-
-
-def probe(ppo, p: Policy):
+def probe(ppo, p: Policy, train: MaybeCompiled):
     """Compile the update's forward and backward now, so a compiler failure falls back
     before training (a backward compiled lazily could not fall back later)."""
     rows = torch.arange(min(8, p.buffer.rewards.numel()), device=ppo.env.device)
@@ -191,11 +193,11 @@ def probe(ppo, p: Policy):
     no_sync = p.train_model.no_sync() if ppo.distributed else contextlib.nullcontext()
     try:
         with no_sync, ppo.precision.autocast():
-            out = p.forward.compiled(*inputs)
+            out = train.compiled(*inputs)
         with no_sync:
             sum(o.float().sum() for o in out).backward()
     except Exception as exc:  # noqa: BLE001 - any compiler failure: run eagerly
-        p.forward.fall_back(exc)
+        train.fall_back(exc)
     p.adam.zero_grad()
 
 

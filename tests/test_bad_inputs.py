@@ -618,6 +618,9 @@ API_ROWS = [
     # a trained run's policies (gpusim.load_policies)
     ("policies of a run without a checkpoint",
      lambda: gpusim.load_policies(trained_cartpole() / "no_checkpoint"), "no checkpoint found"),
+    ("policies of no run directory", lambda: gpusim.load_policies(None),
+     "load_policies: run_dir must be a run directory's path (a str or pathlib.Path), got "
+     "NoneType"),
     ("a policy that does not exist", lambda: gpusim.load_policies(trained_cartpole())["nope"],
      "has no policy 'nope' (its policies: agent)"),
     ("an observation of the wrong width",
@@ -679,3 +682,45 @@ def test_on_off_words_that_yaml_reads_as_booleans_are_taken_as_words(text, expec
     recipe.write_text(f"trainer:\n  compile: {text}\n")
     in_file = load_run_config("cartpole", cartpole_class, path=recipe)
     assert by_flag.trainer.compile == in_file.trainer.compile == expected
+
+
+# ---- a population too large to fit: blamed on its size, trainer.population -------------
+def population_config(members: int):
+    cls = gpusim.envs.env_class("cartpole")
+    return cls, load_run_config("cartpole", cls, overrides={
+        "trainer.backend": "cpu", "trainer.num_envs": 8, "trainer.rollout_len": 16,
+        "trainer.torch_threads": 1, "trainer.compile": "off", "trainer.population": members})
+
+
+class _OnCpu:
+    class backend:
+        device = "cpu"
+
+
+@pytest.mark.parametrize("members", [1, 4])
+def test_out_of_memory_names_the_population_where_there_is_one(members):
+    """Out of memory while training (cli.too_large): one line, naming trainer.population
+    first among what to lower where the run is a population."""
+    from gpusim.training.cli import too_large
+    _, config = population_config(members)
+    line = str(too_large(config, _OnCpu, MemoryError("out of memory")))
+    assert "\n" not in line and "trainer.num_envs" in line
+    assert ("trainer.population" in line) == (members > 1), line
+    if members > 1:
+        assert "a population of 4 (trainer.population) x 8 replicas" in line
+        assert "lower trainer.population, trainer.num_envs" in line
+
+
+def test_a_populations_memory_checks_name_its_size(monkeypatch):
+    """The checks before allocating: a population's rollout buffers and networks name
+    trainer.population (a refusal reads `{what} needs X, Y available on DEVICE`)."""
+    from gpusim.backends.base import Backend
+    from gpusim.training.loop import Trainer
+    cls, config = population_config(4)
+    checked = []
+    monkeypatch.setattr(Backend, "check_fits", lambda self, what, n: checked.append(what))
+    Trainer(config, cls)
+    assert any(what.startswith("the rollout buffers (16 steps x a population of 4 "
+                               "(trainer.population) x 8 replicas") for what in checked), checked
+    assert any(what.startswith("training the policy networks of a population of 4 "
+                               "(trainer.population)") for what in checked), checked

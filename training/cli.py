@@ -211,16 +211,19 @@ def steps_given(args) -> bool:
 
 
 def too_large(config, context, exc) -> DoesNotFit:
-    """A run that does not fit its device, as one line naming its sizes and what to lower."""
+    """A run that does not fit its device, as one line naming its sizes and what to lower
+    (a population's size first: its members run side by side, each a solo run's size)."""
     t, algo = config.trainer, config.algo
     knob, size = ("max_minibatch_rows", f"minibatch chunks of {algo.max_minibatch_rows:,} rows") \
         if hasattr(algo, "max_minibatch_rows") else \
         ("batch_size", f"batches of {algo.batch_size:,} and a replay of {algo.replay_size:,}")
+    count = population.size(t)
+    members = f"a population of {count} (trainer.population) x " if count > 1 else ""
     return DoesNotFit(
         f"the run does not fit {context.backend.device} ({describe(exc)[:160]}): "
-        f"{t.num_envs:,} replicas x rollout_len {t.rollout_len}, {size}; lower "
-        f"trainer.num_envs, trainer.rollout_len or trainer.{knob} "
-        "(--set trainer.KEY=VALUE), or size the run with --auto_scale")
+        f"{members}{t.num_envs:,} replicas x rollout_len {t.rollout_len}, {size}; lower "
+        f"{'trainer.population, ' if count > 1 else ''}trainer.num_envs, trainer.rollout_len "
+        f"or trainer.{knob} (--set trainer.KEY=VALUE), or size the run with --auto_scale")
 
 
 def train(args, context) -> int:

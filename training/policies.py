@@ -14,6 +14,7 @@ dropped, so a central critic's input size never matters here.
 """
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -223,6 +224,9 @@ def load_policies(run_dir, device="cpu", member=None) -> Policies:
     `device` (a torch device: "cpu", "cuda:0"). Needs no env built (see the module). Of a
     population run, member `member` ("m3" or 3; default: the best by its last logged
     return), with one line saying which."""
+    if not isinstance(run_dir, (str, os.PathLike)):
+        raise GpusimError(f"load_policies: run_dir must be a run directory's path (a str or "
+                          f"pathlib.Path), got {type(run_dir).__name__}")
     run_dir = Path(run_dir)
     cls, config = load_run_dir_config(run_dir)
     saved = _saved_models(run_dir)

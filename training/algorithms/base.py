@@ -20,7 +20,7 @@ from gpusim.spaces import agent_index
 from ..acceleration import compile_enabled, resolve_precision, use_disk_cache
 from ..episodes import EpisodeTracker
 from ..graphs import graphs_enabled
-from ..population import finite_members, restore_member, stacked_state
+from ..population import finite_members, restore_member, size as population_size, stacked_state
 
 
 class Algorithm:
@@ -79,7 +79,9 @@ class Algorithm:
         from ..models import training_bytes
         need = sum(training_bytes(spec, self.config.policy, networks)
                    for spec in self.env.policy_specs.values())
-        self.env.backend.check_fits(f"training the policy networks (policy.hidden_sizes "
+        count = population_size(self.config.trainer)
+        members = f" of a population of {count} (trainer.population)" if count > 1 else ""
+        self.env.backend.check_fits(f"training the policy networks{members} (policy.hidden_sizes "
                                     f"{list(self.config.policy.hidden_sizes)})", need)
 
     @property

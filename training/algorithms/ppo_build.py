@@ -62,9 +62,11 @@ class Policy:
 
 def check_buffers_fit(ppo):
     """Refuse, before allocating, rollout buffers or networks the device cannot hold."""
-    env, t = ppo.env, ppo.config.trainer
+    env, t, count = ppo.env, ppo.config.trainer, ppo.members.count
+    members = f"a population of {count} (trainer.population) x {t.num_envs:,}" \
+        if count > 1 else f"{env.num_envs:,}"
     env.backend.check_fits(
-        f"the rollout buffers ({t.rollout_len} steps x {env.num_envs:,} replicas x "
+        f"the rollout buffers ({t.rollout_len} steps x {members} replicas x "
         f"{env.num_agents} agents)",
         sum(buffer_bytes(spec, t.rollout_len, env.num_envs, ppo.state_dim, ppo.mask_width)
             for spec in env.policy_specs.values()))

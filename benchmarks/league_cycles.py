@@ -51,6 +51,9 @@ ENV = "biased_rps"
 ROWS = (("plain final", "plain", "final"), ("plain snapshot average", "plain", "average"),
         ("league final", "league", "final"), ("league pool, uniform", "league", "uniform"),
         ("league pool, pfsp", "league", "pfsp"))
+PAIRED = ((("league", "final"), ("plain", "final")), (("league", "uniform"), ("plain", "final")),
+          (("league", "uniform"), ("plain", "average")))
+UNIFORM = 4 / 3  # exploitability of uniform play by both sides (the defaults' wins)
 
 
 def parse_args(argv=None):
@@ -126,10 +129,12 @@ def table(results: dict) -> str:
         values = [r[kind][key] for r in results.values()]
         lines.append(f"| {label} | {interval_text(values)} | "
                      f"{' '.join(f'{v:.2f}' for v in values)} |")
-    lines.append("| league pool (uniform) minus plain final, paired by seed | "
-                 f"{interval_text([r['league']['uniform'] - r['plain']['final'] for r in results.values()])} | |")
-    lines.append("| league final minus plain final, paired by seed | "
-                 f"{interval_text([r['league']['final'] - r['plain']['final'] for r in results.values()])} | |")
+    for (kind, key), (base, base_key) in PAIRED:
+        label = next(r[0] for r in ROWS if r[1:] == (kind, key))
+        base_label = next(r[0] for r in ROWS if r[1:] == (base, base_key))
+        lines.append(f"| {label} minus {base_label}, paired by seed | " + interval_text(
+            [r[kind][key] - r[base][base_key] for r in results.values()]) + " | |")
+    lines.append(f"| (yardstick: uniformly random play, both sides) | {UNIFORM:.2f} | |")
     return "\n".join(lines)
 
 
@@ -149,6 +154,7 @@ def plot(results: dict, path: Path, nash_note: str):
     pooled = [r["league"]["uniform"] for r in results.values()]
     ax.axhline(np.mean(pooled), color="tab:blue", ls="--",
                label="league: its final pool's uniform mixture (mean)")
+    ax.axhline(UNIFORM, color="gray", ls=":", label="uniformly random play, both sides")
     ax.axhline(0.0, color="gray", lw=0.8)
     ax.set_xlabel("iteration")
     ax.set_ylabel("exploitability")

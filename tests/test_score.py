@@ -274,3 +274,17 @@ def test_a_search_cap_below_the_config_names_both_keys(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1
     assert "'scale.max_num_envs' (16) is below trainer.num_envs (32)" in err
+
+
+def test_the_recipes_target_score_holds_for_its_env_settings(capsys):
+    from gpusim.envs import env_class
+    from gpusim.training.config import load_run_config
+    cls = env_class("tag_continuous")
+    assert load_run_config("tag_continuous", cls).trainer.target_score == 120
+    other = load_run_config("tag_continuous", cls, sets=["env.episode_length=50"])
+    assert other.trainer.target_score is None
+    err = capsys.readouterr().err
+    assert "env.episode_length changed the run has no target score" in err
+    given = load_run_config("tag_continuous", cls, sets=["env.episode_length=50",
+                                                         "trainer.target_score=30"])
+    assert given.trainer.target_score == 30

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-import gpusim
+from gpusim.envs import make
 from gpusim.errors import GpusimError
 
 from . import snapshots
@@ -24,7 +24,7 @@ OPPONENT_RULES = ("uniform", "pfsp", "latest")  # as trainer.league_opponents dr
 
 def first_observations(run: Run) -> dict:
     """Per policy: its first agent's observation at the start of an episode ((1, obs_dim))."""
-    env = gpusim.make(run.config.env_name, num_envs=1, backend="cpu", config=run.config.env)
+    env = make(run.config.env_name, num_envs=1, backend="cpu", config=run.config.env)
     obs = env.reset(seed=0)
     return {name: obs[0, ids[0]][None].clone() for name, ids in env.policies.items()}
 

@@ -74,3 +74,14 @@ def load_latest(directory: Path, warn=None) -> dict:
             raise GpusimError(f"{path} is not a gpusim checkpoint")
         return state
     raise GpusimError(f"no loadable checkpoint in {directory} ({'; '.join(errors)})")
+
+
+def to_cpu(value):
+    """Tensors in nested dicts and lists moved to the host (checkpoints gather on rank 0)."""
+    if isinstance(value, torch.Tensor):
+        return value.cpu()
+    if isinstance(value, dict):
+        return {k: to_cpu(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(to_cpu(v) for v in value)
+    return value

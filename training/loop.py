@@ -32,7 +32,7 @@ from gpusim.errors import GpusimError, describe
 from gpusim.scale import distributed as dist
 from gpusim.scale.device import DeviceContext
 
-from . import population
+from . import checkpoint, population
 from .algorithms import algorithm_class
 from .config import RunConfig
 from .score import SCORE_KEY, RunScore
@@ -110,7 +110,7 @@ class Trainer:
                              seed=t.seed, config=config.env,
                              env_offset=context.replica_offset(t.num_envs))
         if len(members) > 1:
-            seed_members(self.env, members, t.num_envs)
+            population.seed_members(self.env, members, t.num_envs)
         self.timer = SectionTimer(self.env.device)
         self.algorithm = algorithm_class(t.algorithm)(config, self.env, context, self.timer)
         context.fit_threads(run_work(config, self.env))
@@ -335,7 +335,7 @@ class Trainer:
         return {"env_state": {k: v.cpu() for k, v in env.get_state(include_rng=True).items()},
                 "next_obs": env.arrays["obs"].cpu(),
                 "episode_return": self.algorithm.episodes.running.cpu(),
-                "algorithm": _to_cpu(self.algorithm.rank_state_dict())}
+                "algorithm": checkpoint.to_cpu(self.algorithm.rank_state_dict())}
 
     def _load_rank_state(self, own: dict):
         self.env.set_state(own["env_state"])
@@ -395,23 +395,3 @@ class Trainer:
             # extended (or shortened) with --total_steps: anneal on from the rate its
             # last iteration used
             self.lr_anchor = (self.iteration, state["lr"])
-
-
-def seed_members(env, members: list, per_member: int):
-    """Each population member's replicas get the RNG streams a solo run of its seed has."""
-    from gpusim import rng
-    streams = env.arrays["rng_state"]
-    for k, member in enumerate(members):
-        streams[k * per_member:(k + 1) * per_member].copy_(
-            rng.seed_streams(per_member, env.num_agents, member.seed, device=streams.device))
-
-
-def _to_cpu(value):
-    """Tensors in nested dicts and lists moved to the host (checkpoints gather on rank 0)."""
-    if isinstance(value, torch.Tensor):
-        return value.cpu()
-    if isinstance(value, dict):
-        return {k: _to_cpu(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_to_cpu(v) for v in value)
-    return value

@@ -316,3 +316,12 @@ def summary(members: list, returns: dict) -> list:
         rows.append({"setting": label, "seeds": len(values), "mean": sum(values) / len(values),
                      "ci95": [low, high], "iqm": interquartile_mean(values)})
     return rows
+
+
+def seed_members(env, members: list, per_member: int):
+    """Each population member's replicas get the RNG streams a solo run of its seed has."""
+    from gpusim import rng
+    streams = env.arrays["rng_state"]
+    for k, member in enumerate(members):
+        streams[k * per_member:(k + 1) * per_member].copy_(
+            rng.seed_streams(per_member, env.num_agents, member.seed, device=streams.device))

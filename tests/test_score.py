@@ -139,6 +139,7 @@ def ppo_after_rollout(**algo):
     from gpusim.envs import env_class
     cls = env_class("cartpole")
     config = load_run_config("cartpole", cls, sets=["trainer.backend=cpu",
+                                                    "trainer.compile=off",
                                                     "trainer.num_envs=8",
                                                     "trainer.rollout_len=16"]
                              + [f"trainer.{k}={v}" for k, v in algo.items()])

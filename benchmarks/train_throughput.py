@@ -306,7 +306,7 @@ def main(argv=None) -> int:
         rows.append(gpusim_row("ppo recipe", recipe, context, args.iterations, args.profile))
         show(rows[-1], limit, gpu)
     if "auto_scale" not in args.skip:
-        scaled = replace(recipe, scale=replace(recipe.scale,
+        scaled = replace(recipe, scale=replace(recipe.scale, objective="throughput",
                                                time_limit_s=args.auto_scale_time_limit))
         print("auto-scale search (its own report follows):", flush=True)
         scaled = auto_scale(scaled, env_class(ENV), context, log=lambda line: print("  " + line))

@@ -274,9 +274,10 @@ def test_memory_objective_picks_fit_and_next_step_up_does_not(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_throughput_objective_run_reports_every_trial_and_its_speedup(tmp_path, capsys):
-    """A real `--auto_scale` (the default throughput objective) on a small tag_continuous."""
+    """A real `--auto_scale` (the throughput objective) on a small tag_continuous."""
     from gpusim.train import main
     code = main(["--env", "tag_continuous", "--backend", "cpu", "--auto_scale",
+                 "--set", "scale.objective=throughput",
                  "--memory_budget", "2GiB", "--total_steps", "3000", "--quiet",
                  "--results_dir", str(tmp_path), "--set", "trainer.num_envs=4",
                  "--set", "trainer.rollout_len=8",
@@ -363,7 +364,8 @@ def tiny_tag(**overrides):
         "trainer.backend": "cpu", "trainer.num_envs": 4, "trainer.rollout_len": 8,
         "trainer.total_steps": 10_000, "env.num_taggers": 2, "env.num_runners": 6,
         "env.num_other_agents_observed": 4, "env.episode_length": 20,
-        "scale.trial_seconds": 0.05, "scale.memory_budget": "4GiB", **overrides})
+        "scale.trial_seconds": 0.05, "scale.memory_budget": "4GiB",
+        "scale.objective": "throughput", **overrides})
 
 
 def test_search_starts_at_the_config_and_trials_compile_nothing_new():

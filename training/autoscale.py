@@ -126,6 +126,11 @@ class AutoScale:
 
     def __init__(self, config: RunConfig, env_class, context, log=print,
                  keep_total_steps: bool = False):
+        if config.scale.objective == "auto":  # time_to_score where it was measured to pick
+            # better (the CPU); throughput on a GPU, where it has not been measured yet
+            config = replace(config, scale=replace(config.scale, objective="time_to_score"
+                                                   if context.device.type == "cpu"
+                                                   else "throughput"))
         self.config = config
         self.env_class = env_class
         self.context = context
@@ -341,10 +346,6 @@ def auto_scale(config: RunConfig, env_class, context, log=print,
                           f"{config.trainer.algorithm} sets its pace with trainer.replay_ratio "
                           "and batch_size: drop --auto_scale")
     t, scale = config.trainer, config.scale
-    if scale.objective == "auto":  # time_to_score where it was measured to pick better
-        scale = replace(scale, objective="throughput" if context.device.type == "cuda"
-                        else "time_to_score")
-        config = replace(config, scale=scale)
     if t.num_envs > scale.max_num_envs and scale.objective != "memory":
         raise GpusimError(f"config key 'scale.max_num_envs' ({scale.max_num_envs:,}) is below "
                           f"trainer.num_envs ({t.num_envs:,}), where the search starts: raise "

@@ -15,9 +15,11 @@ ONE_WEEK_S = 7 * 24 * 3600  # longest wait accepted: longer ones overflow dateti
 @dataclass(frozen=True)
 class ScaleConfig:
     """Multi-process runs and `--auto_scale` (gpusim.scale.search, gpusim.training.autoscale)."""
-    objective: str = "throughput"    # throughput: the fastest training; memory: the largest
-                                     # num_envs, then rollout_len, that fit; time_to_score:
-                                     # the least predicted time to the recipe's score
+    objective: str = "auto"          # time_to_score: the least predicted time to the
+                                     # recipe's score; throughput: the fastest training;
+                                     # memory: the largest num_envs, then rollout_len, that
+                                     # fit; auto: time_to_score on the CPU, throughput on a
+                                     # GPU (where time_to_score is not yet measured)
     noise_scale: float | None = None  # time_to_score: the recipe's gradient noise scale, env
                                       # steps per gradient step, as measured over a run
                                       # (trainer.noise_scale_every; None: measured in a trial

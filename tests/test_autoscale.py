@@ -229,20 +229,25 @@ def test_parse_size_rejects(text):
 
 
 @pytest.mark.slow
-def test_memory_objective_picks_fit_and_next_step_up_does_not(tmp_path, capsys):
-    """A real `--auto_scale` (objective memory) on tag_continuous under a small budget."""
+def auto_scaled(tmp_path, capsys, *argv) -> tuple:
+    """(saved config, its auto-scale report, stdout) of a real `--auto_scale` run."""
     from gpusim.train import main
-    code = main(["--env", "tag_continuous", "--backend", "cpu", "--auto_scale",
-                 "--memory_budget", "48MiB", "--total_steps", "2000", "--quiet",
-                 "--results_dir", str(tmp_path),
-                 "--set", "env.num_taggers=2", "--set", "env.num_runners=6",
-                 "--set", "env.num_other_agents_observed=4", "--set", "scale.objective=memory",
-                 "--set", "scale.max_rollout_len=64", "--set", "scale.min_rollout_len=8"])
+    code = main(["--backend", "cpu", "--auto_scale", "--quiet", "--results_dir",
+                 str(tmp_path), *argv])
     out = capsys.readouterr().out
     assert code == 0, out
     (run_dir,) = tmp_path.iterdir()
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
-    report = config["auto_scale_report"]
+    return config, config["auto_scale_report"], out
+
+
+def test_memory_objective_picks_fit_and_next_step_up_does_not(tmp_path, capsys):
+    """A real `--auto_scale` (objective memory) on tag_continuous under a small budget."""
+    config, report, out = auto_scaled(
+        tmp_path, capsys, "--env", "tag_continuous", "--memory_budget", "48MiB",
+        "--total_steps", "2000", "--set", "env.num_taggers=2", "--set", "env.num_runners=6",
+        "--set", "env.num_other_agents_observed=4", "--set", "scale.objective=memory",
+        "--set", "scale.max_rollout_len=64", "--set", "scale.min_rollout_len=8")
     num_envs, rollout_len = report["num_envs"], report["rollout_len"]
     assert config["trainer"]["num_envs"] == num_envs
     assert config["trainer"]["rollout_len"] == rollout_len
@@ -268,6 +273,7 @@ def test_memory_objective_picks_fit_and_next_step_up_does_not(tmp_path, capsys):
 
     # Rerunning with the saved config reproduces the sizes without searching.
     from gpusim.training.config import load_run_dir_config
+    (run_dir,) = tmp_path.iterdir()
     _, rerun = load_run_dir_config(run_dir)
     assert (rerun.trainer.num_envs, rerun.trainer.rollout_len) == (num_envs, rollout_len)
 
@@ -439,3 +445,18 @@ def test_out_of_memory_while_training_is_one_error_line(error, monkeypatch, caps
     assert code == 1
     assert err.startswith("error: the run does not fit cpu") and err.count("\n") == 1, err
     assert "replicas x rollout_len" in err and "lower trainer.num_envs" in err
+
+
+def test_time_to_score_objective_sizes_the_run_and_its_budget(tmp_path, capsys):
+    config, report, out = auto_scaled(
+        tmp_path, capsys, "--env", "cartpole", "--set", "scale.objective=time_to_score",
+        "--set", "scale.noise_scale=2000", "--set", "scale.trial_seconds=0.1",
+        "--set", "scale.max_num_envs=64", "--set", "trainer.target_return=30")
+    assert report["noise_scale"] == 2000 and report["objective"] == "time_to_score"
+    assert config["trainer"]["num_envs"] == report["num_envs"]
+    assert set(report["predicted_s"]) >= {32}
+    assert "predicted" in out and "to the score" in out
+    picked = report["num_envs"] * 64 / config["trainer"]["num_minibatches"]
+    base = 32 * 64 / 4
+    assert config["trainer"]["total_steps"] == int(499712 * (1 + picked / 2000)
+                                                   / (1 + base / 2000))

@@ -4,7 +4,6 @@ import random
 
 import pytest
 import torch
-import yaml
 
 import gpusim
 from gpusim.errors import GpusimError
@@ -243,29 +242,6 @@ def test_quickest_edge_cases():
         quickest(lambda v: 1.0, lambda v, r: 1.0, 9, 8)
     out = quickest(lambda v: 100.0 * v if v <= 8 else None, lambda v, r: 1e3 / r, 4, 64)
     assert out.pick == 8 and out.times[16] is None  # a size that did not fit ends the climb
-
-
-def test_time_to_score_objective_sizes_the_run_and_its_budget(tmp_path, capsys):
-    from gpusim.train import main
-    code = main(["--env", "cartpole", "--backend", "cpu", "--auto_scale", "--quiet",
-                 "--results_dir", str(tmp_path), "--set", "scale.objective=time_to_score",
-                 "--set", "scale.noise_scale=2000", "--set", "scale.trial_seconds=0.1",
-                 "--set", "scale.max_num_envs=64", "--set", "trainer.target_return=30"])
-    out = capsys.readouterr().out
-    assert code == 0, out
-    (run_dir,) = tmp_path.iterdir()
-    config = yaml.safe_load((run_dir / "config.yaml").read_text())
-    report = config["auto_scale_report"]
-    assert report["noise_scale"] == 2000 and report["objective"] == "time_to_score"
-    assert config["trainer"]["num_envs"] == report["num_envs"]
-    assert set(report["predicted_s"]) >= {32}
-    assert "predicted" in out and "to the score" in out
-    from gpusim.training.scale_to_score import gradient_batch
-    picked = report["num_envs"] * 64 / config["trainer"]["num_minibatches"]
-    base = 32 * 64 / 4
-    assert gradient_batch.__doc__  # (the unit: env steps per gradient step)
-    assert config["trainer"]["total_steps"] == int(499712 * (1 + picked / 2000)
-                                                   / (1 + base / 2000))
 
 
 def test_a_search_cap_below_the_config_names_both_keys(tmp_path, capsys):

@@ -110,6 +110,9 @@ class Env(EnvBuild, ActionWriter):
     # what a user watches rise while training (gpusim.score.Score, measured against
     # random opponents beside training); None: the training return is the score
     score = None
+    # who won an episode, in the game's own terms (gpusim.outcome.Outcome: a league's
+    # win statistics and python -m gpusim.league's ratings); None: relative to returns
+    outcome = None
 
     def __init__(self, num_envs: int, backend: str | Backend = "auto", seed: int = 0,
                  config=None, check_actions: bool | None = None, env_offset: int = 0):

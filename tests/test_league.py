@@ -137,7 +137,11 @@ def test_a_resumed_league_continues_exactly():
         for a, b in zip(pool.nets.state_dict().values(), theirs.nets.state_dict().values()):
             assert torch.equal(a, b)
     for name, actor in whole.algorithm.league.actors.items():
-        assert torch.equal(actor.opponent, again.algorithm.league.actors[name].opponent)
+        theirs = again.algorithm.league.actors[name]
+        for key in ("opponent", "drawn", "credit"):
+            assert torch.equal(getattr(actor, key), getattr(theirs, key)), key
+        for a, b in zip(actor.weights, theirs.weights, strict=True):
+            assert torch.equal(a, b)
 
 
 def test_league_games_are_recorded_against_the_snapshot_faced():
@@ -238,8 +242,12 @@ def test_a_league_run_directory_acts_exports_renders_and_resumes(tmp_path, capsy
         for key, value in pool["nets"].items():
             assert torch.equal(value, theirs["nets"][key]), (name, key)
     assert resumed["opponents"].keys() == whole["opponents"].keys() == {"tagger", "runner"}
-    for name, opponent in whole["opponents"].items():
-        assert torch.equal(opponent, resumed["opponents"][name]), name
+    for name, acting in whole["opponents"].items():
+        theirs = resumed["opponents"][name]
+        for key in ("opponent", "drawn", "gone", "source"):
+            assert torch.equal(acting[key], theirs[key]), (name, key)
+        for a, b in zip(acting["kept"], theirs["kept"], strict=True):
+            assert torch.equal(a, b), name
 
 
 def league_state(run_dir):
@@ -247,4 +255,4 @@ def league_state(run_dir):
     from gpusim.training import checkpoint
     state = checkpoint.load_latest(run_dir / "checkpoints")
     return {"iteration": state["iteration"], "league": state["algorithm"]["league"],
-            "opponents": state["ranks"][0]["algorithm"]["league"]}
+            "opponents": state["ranks"][0]["algorithm"]["league"]["acting"]}

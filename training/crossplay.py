@@ -12,6 +12,9 @@ short episodes are not favoured. Every cell's replicas draw from the same RNG st
 actions, the same draws in every cell (common random numbers). So a cell plays exactly
 what `evaluate.play` plays with the same two networks on `per_cell` replicas, and two
 cells differ only by their players.
+
+Where the env declares an episode outcome (gpusim.outcome), each cell also holds every
+counted episode's value of it, under OUTCOME, in the same order as the returns.
 """
 from __future__ import annotations
 
@@ -23,6 +26,8 @@ from gpusim import rng
 
 from .evaluate import mean_ci as evaluate_mean_ci, play_counted
 from .league_players import StackedPlayers
+
+OUTCOME = "outcome"  # a cell's key for its episodes' outcome values (no policy's name)
 
 
 def quotas(episodes: int, per_cell: int) -> list:
@@ -59,7 +64,8 @@ def cross_play(make_env, sides: list, players: dict, episodes: int, per_cell: in
                max_replicas: int, seed: int, deterministic: bool = False) -> dict:
     """{(i, j): {side: [episode returns]}} for X player i against Y player j: each
     episode's return of a side is the mean over its agents; a cell's episodes in a fixed
-    order (replica, then episode), so two cells' k-th episodes started alike.
+    order (replica, then episode), so two cells' k-th episodes started alike; and, where
+    the env declares an outcome, {OUTCOME: [its value per episode]}.
     `make_env(num_envs)` builds the env (seeded `seed`)."""
     x, y = sides
     cells = {}
@@ -74,7 +80,7 @@ def cross_play(make_env, sides: list, players: dict, episodes: int, per_cell: in
                   y: _acting(env, y, [players[y][j] for j in ys], slots[y])}
         played = _play(env, acting, quotas(episodes, per_cell), deterministic)
         for k, (i, j) in enumerate((i, j) for i in xs for j in ys):
-            cells[(i, j)] = {name: played[name][k] for name in sides}
+            cells[(i, j)] = {name: played[name][k] for name in played}
     return cells
 
 
@@ -90,14 +96,31 @@ def _play(env, acting: dict, quota: list, deterministic: bool) -> dict:
     """Per policy, per cell: its counted episodes' returns, ordered (replica, episode)."""
     per_cell = len(quota)
     quota_t = torch.tensor(quota, device=env.device).repeat(env.num_envs // per_cell)
-    returns, where, _ = play_counted(env, acting, quota_t, deterministic)
+    declared = getattr(env, "outcome", None)
+    values = None if declared is None else OutcomeValues(env, declared)
+    returns, where, kept = play_counted(env, acting, quota_t, deterministic, values)
+    if values is not None:
+        returns = {**returns, OUTCOME: [v for v, k in zip(values.values, kept) if k]}
     out = {}
-    for name in acting:
+    for name in returns:
         cells = [[] for _ in range(env.num_envs // per_cell)]
         for (e, _), v in sorted(zip(where, returns[name])):
             cells[e // per_cell].append(v)
         out[name] = cells
     return out
+
+
+class OutcomeValues:
+    """The env's outcome per ended episode, read to the host (as evaluate's measures)."""
+
+    def __init__(self, env, declared):
+        self.tracker = declared.tracker(env)
+        self.values = []
+
+    def after_step(self, done: torch.Tensor):
+        value = self.tracker.after_step(done)
+        if bool(done.any()):
+            self.values += value[done].tolist()
 
 
 def mean_ci(values) -> tuple:

@@ -13,16 +13,18 @@ training, and for each policy an equal part of the rest where it learns
 against snapshots of the others. In a replica where a policy is frozen, its
 agents act as one snapshot, drawn when the replica's episode starts
 (`league_opponents`: uniform, the latest more often, or prioritized fictitious
-self-play: `pfsp`, the snapshots the learners beat least more often). A policy
-trains only on the rows of replicas where it learns.
+self-play: `pfsp`, the snapshots the learners beat least more often) and played
+until it ends: a snapshot added or evicted meanwhile changes no episode under way
+(training.league_acting). A policy trains only on the rows of replicas where it learns.
 
 What runs per step is static: the snapshots of every frozen replica run as one
-batched product, each replica on its opponent's stacked weights (gathered by
-an index tensor changed where episodes end); the draws, the pool's fill and its
+batched product, each replica on its own copy of its opponent's weights (taken
+where its episode ends); the draws, the pool's fill and its
 win rates are device tensors. So a rollout stays one CUDA graph and reads
-nothing on the host. A win, for the learner of a replica, is an episode whose
-return beats that learner's running mean return in its league games: a scale-free
-outcome every env has.
+nothing on the host. A win, for the learner of a replica, is an episode the env's
+declared outcome says it won (gpusim.outcome); without one, an episode whose return
+beats that learner's running mean return in its league games: a scale-free outcome
+every env has (training.league_outcome).
 """
 from __future__ import annotations
 
@@ -32,16 +34,11 @@ import torch
 
 from gpusim.errors import GpusimError
 
+from .league_acting import LeagueActor
+from .league_outcome import LeagueOutcome
 from .stacked import StackedPolicy, check_stack_fits
 
 DECAY = 0.98  # per update: how fast a snapshot's win statistics forget older games
-
-
-def spread(ids: list, device):
-    """Replica ids as a slice where they are contiguous (views, no copies), else a tensor."""
-    if ids == list(range(ids[0], ids[0] + len(ids))):
-        return slice(ids[0], ids[0] + len(ids))
-    return torch.tensor(ids, device=device)
 
 
 class Matchups:
@@ -102,6 +99,10 @@ class Pool:
         self.recency = torch.zeros(capacity, device=device)  # 1 + its rank by age: newest most
         self.games = torch.zeros(capacity, device=device)  # decayed counts of league games
         self.wins = torch.zeros(capacity, device=device)   # ... the learners won against it
+        # which snapshot each slot holds: new at every add (a replica playing a slot since
+        # overwritten plays on what it drew, credited to none: training.league_acting)
+        self.stamp = torch.zeros(capacity, dtype=torch.long, device=device)
+        self.adds = 0
 
     def add(self, model, update: int, eviction: str) -> int:
         """Copy `model` into a free slot, else into the one `eviction` names."""
@@ -122,6 +123,8 @@ class Pool:
         self.recency.copy_(torch.tensor([1.0 + order.index(k) for k in range(self.capacity)]))
         self.games[slot] = 0.0
         self.wins[slot] = 0.0
+        self.adds += 1
+        self.stamp[slot] = self.adds
         return slot
 
     def win_rate(self) -> torch.Tensor:
@@ -158,78 +161,17 @@ class Pool:
     def state_dict(self) -> dict:
         return {"nets": self.nets.state_dict(), "filled": self.filled.clone(),
                 "born": list(self.born), "recency": self.recency.clone(),
-                "games": self.games.clone(), "wins": self.wins.clone()}
+                "games": self.games.clone(), "wins": self.wins.clone(),
+                "stamp": self.stamp.clone(), "adds": self.adds}
 
     def load_state_dict(self, state: dict):
         self.nets.load_state_dict(state["nets"])
         self.born = list(state["born"])
         for name in ("filled", "recency", "games", "wins"):
             getattr(self, name).copy_(state[name])
-
-
-class LeagueActor:
-    """How one policy acts in a league: its learner network in the replicas where it
-    learns, each frozen replica's snapshot (`opponent`, a slot per replica) in the
-    others; drawn anew where a replica's episode ends. The frozen replicas' weights are
-    gathered when their opponents change: on the CPU only at a step where an episode
-    ended (asking costs no sync there), on a GPU at every step, on the device."""
-    state_size = 0
-
-    def __init__(self, model, pool: Pool, learners: list, frozen: list, opponents: str,
-                 rollout_len: int, device, static: bool = False):
-        self.model, self.pool, self.opponents = model, pool, opponents
-        self.lazy = not static and torch.device(device).type == "cpu"
-        self.learn = spread(learners, device) if learners else None
-        self.frozen = spread(frozen, device) if frozen else None
-        self.opponent = torch.zeros(len(frozen), dtype=torch.long, device=device)
-        self.faced = torch.zeros((rollout_len, len(frozen)), dtype=torch.long, device=device)
-        self.weights = pool.gather(self.opponent) if frozen else None
-
-    def refresh(self):
-        """The opponents' weights gathered again (after a load, or a new snapshot)."""
-        if self.frozen is not None:
-            self.pool.gather(self.opponent, out=self.weights)
-
-    def log_probs(self, obs, mask=None):
-        return self._joined("log_probs", obs, mask)
-
-    def sample(self, obs, deterministic: bool = False):
-        return self._joined("sample", obs, deterministic)
-
-    def _joined(self, method: str, obs, extra):
-        """`method` of the learner on its replicas and of the snapshots on theirs, joined
-        in replica order (each output: log-probabilities; or raw action, log-prob and the
-        env's action)."""
-        def part(where):
-            mine = extra[where] if isinstance(extra, torch.Tensor) else extra
-            if where is self.learn:
-                return getattr(self.model, method)(obs[where], mine)
-            return self.pool.act(method, self.opponent, obs[where], mine, tensors=self.weights)
-        if self.frozen is None or self.learn is None:
-            return part(self.learn if self.frozen is None else self.frozen)
-        own, theirs = part(self.learn), part(self.frozen)
-        single = isinstance(own, torch.Tensor)
-        out = []
-        for mine, other in zip((own,) if single else own, (theirs,) if single else theirs):
-            whole = mine.new_empty(obs.shape[:-1] + mine.shape[obs.dim() - 1:])
-            whole[self.learn] = mine
-            whole[self.frozen] = other
-            out.append(whole)
-        return out[0] if single else tuple(out)
-
-    def episode_ended(self, t: int, done: torch.Tensor):
-        """Note whom the frozen replicas faced at step t; where their episode ended, draw
-        their next opponent (torch's generator; no host read)."""
-        if self.frozen is None:
-            return
-        self.faced[t].copy_(self.opponent)
-        ended = done[self.frozen]
-        if self.lazy and not bool(ended.any()):
-            return
-        drawn = torch.multinomial(self.pool.weights(self.opponents), self.opponent.shape[0],
-                                  replacement=True)
-        self.opponent.copy_(torch.where(ended, drawn, self.opponent))
-        self.refresh()
+        if "stamp" in state:  # (older checkpoints: every slot as it was drawn)
+            self.stamp.copy_(state["stamp"])
+            self.adds = state["adds"]
 
 
 class League:
@@ -254,7 +196,9 @@ class League:
                                               self.matchups.frozen_ids(p.name),
                                               cfg.league_opponents, t.rollout_len, env.device,
                                               ppo.static)
-        # each learner's mean return in its league games: what a win beats
+        # what a league game is won by (the env's outcome, else the return), and each
+        # learner's running mean of it in its league games
+        self.outcome = LeagueOutcome(env, names, t.rollout_len)
         self.baseline = torch.zeros(len(names), device=env.device)
         self.seen = torch.zeros(len(names), dtype=torch.bool, device=env.device)
         self.updates = 0
@@ -276,7 +220,7 @@ class League:
             pool.born = [-1] * pool.capacity
             pool.add(network, 0, "oldest")
             actor.opponent.zero_()
-            actor.refresh()
+            actor.restart()
 
     def trains_on(self, name: str) -> list:
         """The replicas policy `name` learns in (its rows alone train it)."""
@@ -289,6 +233,7 @@ class League:
         return mask
 
     def episode_ended(self, t: int, done: torch.Tensor):
+        self.outcome.after_step(t, done)
         for actor in self.actors.values():
             actor.episode_ended(t, done)
 
@@ -299,17 +244,17 @@ class League:
         if self.frozen:  # a best response: its one opponent needs no statistics
             return
         dones, returns = episodes.dones, episodes.returns  # (T, envs), (T, policies, envs)
-        games = {n: torch.zeros_like(p.games) for n, p in self.pools.items()}
-        wins = {n: torch.zeros_like(p.wins) for n, p in self.pools.items()}
+        # (one bin more than slots: episodes whose snapshot was evicted under them, dropped)
+        games = {n: p.games.new_zeros(p.capacity + 1) for n, p in self.pools.items()}
+        wins = {n: p.wins.new_zeros(p.capacity + 1) for n, p in self.pools.items()}
         sums, counts = torch.zeros_like(self.baseline), torch.zeros_like(self.baseline)
         for name, actor in self.actors.items():
             if actor.frozen is None:
                 continue
             done = dones[:, actor.frozen].float()
             learner = self.matchups.group[actor.frozen]  # each frozen replica's learner
-            own = returns[:, :, actor.frozen]
-            ret = own.gather(1, learner.expand(own.shape[0], 1, -1)).squeeze(1)  # (T, replicas)
-            win = (ret > self.baseline[learner]).float() * done
+            ret = self.outcome.value(returns, actor.frozen, learner)  # (T, replicas)
+            win = self.outcome.wins(ret, learner, self.baseline) * done
             games[name].scatter_add_(0, actor.faced.reshape(-1), done.reshape(-1))
             wins[name].scatter_add_(0, actor.faced.reshape(-1), win.reshape(-1))
             sums.index_add_(0, learner, (ret * done).sum(0))
@@ -321,8 +266,8 @@ class League:
             for target, part in zip(shared, flat.split([len(t) for t in shared])):
                 target.copy_(part)
         for name, pool in self.pools.items():
-            pool.games.mul_(DECAY).add_(games[name])
-            pool.wins.mul_(DECAY).add_(wins[name])
+            pool.games.mul_(DECAY).add_(games[name][:-1])
+            pool.wins.mul_(DECAY).add_(wins[name][:-1])
         mean = sums / counts.clamp_min(1.0)
         blended = torch.where(self.seen, 0.9 * self.baseline + 0.1 * mean, mean)
         self.baseline.copy_(torch.where(counts > 0, blended, self.baseline))
@@ -335,7 +280,7 @@ class League:
             for p in policies:
                 if self.learns(p.name):
                     self.pools[p.name].add(p.model, self.updates, self.cfg.league_eviction)
-                    self.actors[p.name].refresh()
+                    self.actors[p.name].recheck()  # (its replicas play on what they drew)
 
     def state_dict(self) -> dict:
         return {"pools": {n: p.state_dict() for n, p in self.pools.items()},
@@ -349,15 +294,19 @@ class League:
         self.seen.copy_(state["seen"])
         self.updates = state["updates"]
         for actor in self.actors.values():
-            actor.refresh()
+            actor.restart()
 
     def rank_state_dict(self) -> dict:
-        return {n: a.opponent.clone() for n, a in self.actors.items()}
+        return {"acting": {n: a.state_dict() for n, a in self.actors.items()},
+                "outcome": self.outcome.state_dict()}
 
     def load_rank_state_dict(self, state: dict):
+        if isinstance(state.get("acting"), dict):
+            self.outcome.load_state_dict(state["outcome"])
+            state = state["acting"]
         for name, actor in self.actors.items():
-            actor.opponent.copy_(state[name])
-            actor.refresh()
+            mine = state[name]  # (older checkpoints: the opponents alone)
+            actor.load_state_dict(mine if isinstance(mine, dict) else {"opponent": mine})
 
 
 class NoLeague:

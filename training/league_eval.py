@@ -34,7 +34,7 @@ from gpusim.scale.threads import Work
 from . import best_response as br
 from . import ratings, transitivity
 from .arguments import ArgumentParser, int_in
-from .crossplay import batches, cross_play, mean_ci
+from .crossplay import OUTCOME, batches, cross_play, mean_ci
 from .league_players import check_alike, league_players, open_run, panel_players, run_players
 from .work import run_work
 
@@ -96,10 +96,14 @@ def judge(run_dirs: list, episodes: int = 16, max_replicas: int = 1024, seed: in
             log(f"  {player.label} = {run.path}")
     cells = cross_play(env_maker(first, seed, threads), sides, players, episodes, per_cell,
                        max_replicas, seed, deterministic)
-    rated = ratings.ratings(cells, sides, players)
+    declared = first.cls.outcome  # the env's own outcome (None: by the returns' median)
+    rated = ratings.ratings(cells, sides, players, declared)
     table = [{"i": i, "j": j, x: players[x][i].label, y: players[y][j].label,
               "returns": {n: {**dict(zip(("mean", "ci95"), mean_ci(cell[n]))),
-                              "episodes": cell[n]} for n in sides}}
+                              "episodes": cell[n]} for n in sides},
+              **({} if OUTCOME not in cell else {"outcome": {
+                  **dict(zip(("mean", "ci95"), mean_ci(cell[OUTCOME]))),
+                  "episodes": cell[OUTCOME]}})}
              for (i, j), cell in sorted(cells.items())]
     for side in sides:
         log(f"{side}'s mean episode return, +- its 95% interval (rows: {x}, columns: {y})")
@@ -111,10 +115,11 @@ def judge(run_dirs: list, episodes: int = 16, max_replicas: int = 1024, seed: in
     result = {"env": first.config.env_name, "runs": [str(r.path) for r in runs],
               "sides": sides, "episodes": episodes, "replicas_per_cell": per_cell,
               "seed": seed, "deterministic": deterministic,
+              "outcome": None if declared is None else declared.name,
               "players": {n: [p.describe() for p in players[n]] for n in sides},
               "cells": table, "ratings": rated}
     if len(runs) == 1:  # one run's past selves: does its training climb, cycle or forget?
-        result["transitivity"] = transitivity.summary(cells, sides, players)
+        result["transitivity"] = transitivity.summary(cells, sides, players, declared)
         transitivity.report(result["transitivity"], sides, log)
         drawn = transitivity.plot(cells, sides, players, f"{first.path.name}: cross-play",
                                   out / "transitivity.png")

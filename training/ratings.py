@@ -1,8 +1,12 @@
 """Ratings of cross-play's players: a Bradley-Terry fit, in Elo points, and its plot.
 
-The outcome of an episode, scale-free for any env: side X wins it when X's return
-is above the median of X's returns over the whole matrix, loses it below, and a return
-at the median is half a win (`outcomes`). Y wins what X loses.
+The outcome of an episode: the env's own where it declares one (gpusim.outcome:
+tag_continuous's runner survival, biased_rps's payoff sign), X winning where the value
+is beyond the outcome's threshold in X's direction, or, without a threshold, beyond the
+median of the values over the whole matrix. Without a declaration, scale-free for any
+env: side X wins when X's return is above the median of X's returns over the whole
+matrix. At the threshold or the median an episode is half a win (`episode_wins`). Y
+wins what X loses.
 
 Bradley-Terry: every player (of either side) has a strength theta, and X player i
 beats Y player j with probability sigmoid(theta_i - theta_j). `bradley_terry` fits the
@@ -21,19 +25,44 @@ import statistics
 import numpy as np
 
 from gpusim.errors import GpusimError, writing
+from gpusim.outcome import win
+
+from .crossplay import OUTCOME
 
 PRIOR_SD = 4.0  # of theta (natural log-odds): 695 Elo points
 ELO = 400.0 / math.log(10.0)
 
 
-def outcomes(cells: dict, x: str) -> tuple:
-    """(wins of X per cell, games per cell, the median): `cells` {(i, j): {side: returns}}."""
-    pooled = [v for cell in cells.values() for v in cell[x]]
-    median = statistics.median(pooled)
-    wins = {key: sum(1.0 if v > median else 0.5 if v == median else 0.0 for v in cell[x])
-            for key, cell in cells.items()}
-    games = {key: len(cell[x]) for key, cell in cells.items()}
-    return wins, games, median
+def episode_wins(cells: dict, x: str, declared=None, policies=()) -> tuple:
+    """({cell: X's win per episode, 1, 1/2 or 0}, the threshold, the rule in words):
+    by the env's outcome `declared` where the cells hold its values, else by X's return
+    against the median (see the module). `policies`: the env's (the outcome's sides)."""
+    if declared is not None and all(OUTCOME in cell for cell in cells.values()):
+        key, direction = OUTCOME, declared.direction(x, policies)
+        threshold = declared.threshold
+        what = f"the episode's {declared.name}"
+        if threshold is None:
+            threshold = statistics.median(v for cell in cells.values() for v in cell[key])
+            where = f"{threshold:.4g}, its median over the matrix"
+        else:
+            where = f"{threshold:.4g}"
+        rule = (f"{x} wins an episode when {what} is {'above' if direction > 0 else 'below'} "
+                f"{where} (ties half)")
+    else:
+        key, direction = x, 1.0
+        threshold = statistics.median(v for cell in cells.values() for v in cell[x])
+        rule = (f"{x} wins an episode when its return is above {threshold:.4g}, the median "
+                f"of {x}'s returns over the matrix (ties half)")
+    wins = {k: [win(v, threshold, direction) for v in cell[key]] for k, cell in cells.items()}
+    return wins, threshold, rule
+
+
+def outcomes(cells: dict, x: str, declared=None, policies=()) -> tuple:
+    """(wins of X per cell, games per cell, the threshold): `cells` {(i, j): {side:
+    returns}} (and the outcome's values), by `episode_wins`."""
+    wins, threshold, _ = episode_wins(cells, x, declared, policies)
+    return ({k: sum(w) for k, w in wins.items()}, {k: len(w) for k, w in wins.items()},
+            threshold)
 
 
 def bradley_terry(wins: dict, games: dict, nx: int, ny: int, prior_sd: float | None = PRIOR_SD,
@@ -69,19 +98,20 @@ def bradley_terry(wins: dict, games: dict, nx: int, ny: int, prior_sd: float | N
     return theta, np.sqrt(np.clip(np.diag(cov), 0.0, None))
 
 
-def ratings(cells: dict, sides: list, players: dict) -> dict:
-    """Every player's Elo rating and 95% interval, per side, from the cross-play cells."""
+def ratings(cells: dict, sides: list, players: dict, declared=None) -> dict:
+    """Every player's Elo rating and 95% interval, per side, from the cross-play cells
+    (their episodes won by the env's outcome `declared`, where given)."""
     x, y = sides
-    wins, games, median = outcomes(cells, x)
+    per_episode, median, rule = episode_wins(cells, x, declared, sides)
+    wins = {k: sum(w) for k, w in per_episode.items()}
+    games = {k: len(w) for k, w in per_episode.items()}
     nx, ny = len(players[x]), len(players[y])
     theta, se = bradley_terry(wins, games, nx, ny)
     rows = {x: [], y: []}
     for k, (side, player) in enumerate([(x, p) for p in players[x]] + [(y, p) for p in players[y]]):
         rows[side].append({**player.describe(), "elo": float(ELO * theta[k]),
                            "ci95": float(1.96 * ELO * se[k])})
-    return {"outcome": f"{x} wins an episode when its return is above {median:.4g}, the "
-                       f"median of {x}'s returns over the matrix (ties half)",
-            "median": median, "x_wins": {f"{i},{j}": w for (i, j), w in wins.items()},
+    return {"outcome": rule, "median": median, "x_wins": {f"{i},{j}": w for (i, j), w in wins.items()},
             "players": rows}
 
 

@@ -13,8 +13,8 @@ paired by their start (cross-play's common random numbers), with 95% intervals:
   than some earlier one;
 - both sides together: snapshot times k and l met as in a symmetric game, k playing X
   against l's Y and Y against l's X; k's share of the two games, per episode, is
-  (X wins of (k, l) + 1 - X wins of (l, k)) / 2 (a win under the ratings' median rule,
-  training.ratings). Later beating earlier is the transitive case; a triple of times
+  (X wins of (k, l) + 1 - X wins of (l, k)) / 2 (a win under the ratings' rule, the
+  env's outcome or the median return: training.ratings). Later beating earlier is the transitive case; a triple of times
   a > b > c > a is an intransitive cycle.
 
 With 95% intervals about 2.5% of the pairs in each direction are flagged by chance
@@ -27,7 +27,7 @@ from itertools import combinations
 from gpusim.errors import writing
 
 from .crossplay import mean_ci, paired
-from .ratings import outcomes
+from .ratings import episode_wins
 
 
 def _compare(a: list, b: list) -> int:
@@ -61,16 +61,15 @@ def per_side(cells: dict, sides: list, players: dict, side: str) -> dict:
             "opponents": len(theirs), "final_worse_against": final_worse}
 
 
-def symmetric(cells: dict, sides: list, players: dict) -> dict:
+def symmetric(cells: dict, sides: list, players: dict, declared=None) -> dict:
     """The game of snapshot times (see the module): its tournament and its 3-cycles."""
     x, y = sides
     index = {side: {p.update: k for k, p in enumerate(players[side])} for side in sides}
     times = sorted(t for t in index[x] if t is not None and t in index[y])
-    _, _, median = outcomes(cells, x)
+    won, _, _ = episode_wins(cells, x, declared, sides)
 
     def wins(k, l) -> list:  # X of time k against Y of time l, per episode
-        values = cells[(index[x][k], index[y][l])][x]
-        return [1.0 if v > median else 0.5 if v == median else 0.0 for v in values]
+        return won[(index[x][k], index[y][l])]
     beats, strongly = {}, {}  # (a, b): a beat b (point estimate / beyond its interval)
     share = {}
     for a, b in combinations(times, 2):
@@ -101,9 +100,10 @@ def symmetric(cells: dict, sides: list, players: dict) -> dict:
             "share": {f"{a},{b}": {"mean": m, "ci95": c} for (a, b), (m, c) in share.items()}}
 
 
-def summary(cells: dict, sides: list, players: dict) -> dict:
+def summary(cells: dict, sides: list, players: dict, declared=None) -> dict:
+    """`declared`: the env's outcome (gpusim.outcome), which the symmetric game's wins use."""
     return {"sides": {side: per_side(cells, sides, players, side) for side in sides},
-            "symmetric": symmetric(cells, sides, players)}
+            "symmetric": symmetric(cells, sides, players, declared)}
 
 
 def report(result: dict, sides: list, log=print):

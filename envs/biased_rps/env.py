@@ -27,6 +27,7 @@ from gpusim.arrays import ArraySpec
 from gpusim.env import Env
 from gpusim.errors import ArrayError
 from gpusim.kernels import agent_phase, env_phase
+from gpusim.outcome import Outcome
 from gpusim.spaces import per_role_names
 
 from .config import BiasedRPSConfig
@@ -80,12 +81,36 @@ def observe(env, agent, s, p):
     s.obs[env, agent, 1] = numba.float32(s.timestep[env]) / p.rounds_f
 
 
+class RowPayoff:
+    """The outcome's tracker: per replica, the row player's payoff summed over the episode
+    (the column's is its negative), on the device."""
+
+    def __init__(self, env):
+        self.env = env
+        self.running = torch.zeros(env.num_envs, device=env.device)
+
+    def after_step(self, done: torch.Tensor) -> torch.Tensor:
+        self.running += self.env.arrays["reward"][:, 0]
+        ended = self.running.clone()
+        self.running.masked_fill_(done, 0.0)
+        return ended
+
+    def state_dict(self) -> dict:
+        return {"running": self.running.clone()}
+
+    def load_state_dict(self, state: dict):
+        self.running.copy_(state["running"])
+
+
 class BiasedRPS(Env):
     name = "biased_rps"
     config_class = BiasedRPSConfig
     reset_phases = (env_phase(start_clock), agent_phase(observe))
     step_phases = (agent_phase(pay), env_phase(tick), agent_phase(observe))
     observe_phases = (agent_phase(observe),)
+    # who won an episode: the sign of the row player's payoff (a tie is half a win)
+    outcome = Outcome("row_payoff", sides={"row": "higher", "column": "lower"},
+                      tracker=RowPayoff, threshold=0.0)
 
     def setup(self, config):
         self.num_agents = 2

@@ -23,6 +23,7 @@ from gpusim.arrays import ArraySpec
 from gpusim.errors import ArrayError
 from gpusim.env import Env
 from gpusim.kernels import KernelSpec, agent_phase, env_phase
+from gpusim.outcome import Outcome
 from gpusim.score import Score
 from gpusim.spaces import Box, per_role_names
 
@@ -275,6 +276,11 @@ class TagContinuous(Env):
     # (tagger: falls as taggers learn; runner: rises as runners do)
     score = Score("runner_steps_survived", sides={"tagger": "lower", "runner": "higher"},
                   tracker=SurvivalScore)
+    # who won an episode (a league's win statistics, python -m gpusim.league's ratings):
+    # the same survival; no fixed threshold, so the runners win above the running mean
+    # of their league games (training), above the matrix's median (judging)
+    outcome = Outcome("runner_steps_survived", sides={"tagger": "lower", "runner": "higher"},
+                      tracker=SurvivalScore)
 
     def setup(self, config):
         c = config

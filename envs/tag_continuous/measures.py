@@ -8,7 +8,8 @@ of runners still free at the end. Read from the env's `tagged_by` scratch
 array (who tagged each runner in this step; the auto-reset leaves it alone).
 
 `SurvivalOnDevice` keeps it on the device with no host read, for the score
-measured beside training (gpusim.score); `RunnerSurvival` lists it per episode
+measured beside training (gpusim.score) and the outcome a league's games are won by
+(gpusim.outcome); `RunnerSurvival` lists it per episode
 for `python -m gpusim.evaluate`.
 """
 from __future__ import annotations
@@ -38,6 +39,13 @@ class SurvivalOnDevice:
         self.free |= done[:, None]
         return ended, free_at_end
 
+    def state_dict(self) -> dict:  # (a league's outcome resumes its episodes exactly)
+        return {"free": self.free.clone(), "survived": self.survived.clone()}
+
+    def load_state_dict(self, state: dict):
+        self.free.copy_(state["free"])
+        self.survived.copy_(state["survived"])
+
 
 class RunnerSurvival:
     """The survival of every finished episode, listed on the host (evaluation only)."""
@@ -64,3 +72,9 @@ class SurvivalScore:
 
     def after_step(self, done: torch.Tensor) -> torch.Tensor:
         return self.on_device.after_step(done)[0]
+
+    def state_dict(self) -> dict:
+        return self.on_device.state_dict()
+
+    def load_state_dict(self, state: dict):
+        self.on_device.load_state_dict(state)

@@ -136,12 +136,17 @@ def test_a_resumed_league_continues_exactly():
         assert pool.born == theirs.born and torch.equal(pool.wins, theirs.wins)
         for a, b in zip(pool.nets.state_dict().values(), theirs.nets.state_dict().values()):
             assert torch.equal(a, b)
-    for name, actor in whole.algorithm.league.actors.items():
-        theirs = again.algorithm.league.actors[name]
+    assert_same_acting(whole, again)
+
+
+def assert_same_acting(a, b):
+    """Two trainers' leagues: every frozen replica's draw, credit and weights alike."""
+    for name, actor in a.algorithm.league.actors.items():
+        theirs = b.algorithm.league.actors[name]
         for key in ("opponent", "drawn", "credit"):
             assert torch.equal(getattr(actor, key), getattr(theirs, key)), key
-        for a, b in zip(actor.weights, theirs.weights, strict=True):
-            assert torch.equal(a, b)
+        for x, y in zip(actor.weights, theirs.weights, strict=True):
+            assert torch.equal(x, y)
 
 
 def test_league_games_are_recorded_against_the_snapshot_faced():

@@ -4,7 +4,7 @@ its episode is credited to that snapshot or to none."""
 import pytest
 import torch
 
-from test_league import league_trainer
+from test_league import assert_same_acting, league_trainer
 
 LONG = {"env.episode_length": 60, "trainer.league_capacity": 2,
         "trainer.league_snapshot_every": 1, "trainer.rollout_len": 8}
@@ -90,10 +90,5 @@ def test_a_resumed_league_plays_on_the_evicted_snapshot_it_drew():
     state = whole.state_dict()
     again = league_trainer(**LONG)
     again.load_state_dict(state)
-    for name, actor in whole.algorithm.league.actors.items():
-        theirs = again.algorithm.league.actors[name]
-        for key in ("opponent", "drawn", "credit"):
-            assert torch.equal(getattr(actor, key), getattr(theirs, key)), key
-        for a, b in zip(actor.weights, theirs.weights, strict=True):
-            assert torch.equal(a, b)
+    assert_same_acting(whole, again)
     assert [whole.iterate(1e-3) for _ in range(2)] == [again.iterate(1e-3) for _ in range(2)]

@@ -20,8 +20,10 @@ from .league_players import Player, Run, acting_copy
 from .loop import Stopped, Trainer
 
 
-def train_best_response(run: Run, side: str, budget: int, log=print):
-    """(the best response's acting network, training figures) for `side` of `run`."""
+def train_best_response(run: Run, side: str, budget: int, log=print, warm: bool = False):
+    """(the best response's acting network, training figures) for `side` of `run`;
+    `warm`: the learner starts from the run's own `side` network (actor and critic; a
+    fresh optimizer), not from a fresh one."""
     other = next(name for name in run.sides if name != side)
     check_budget(run, budget)
     if run.config.trainer.population != 1:
@@ -35,6 +37,8 @@ def train_best_response(run: Run, side: str, budget: int, log=print):
         "trainer.target_return": None})
     trainer = Trainer(config, cls)
     trainer.algorithm.league.load_frozen({other: models[other]})
+    if warm:
+        trainer.algorithm.models()[side].load_state_dict(models[side])
     start = time.perf_counter()
     try:
         summary = trainer.train()
@@ -44,7 +48,7 @@ def train_best_response(run: Run, side: str, budget: int, log=print):
     figures = {"budget": budget, "env_steps": summary["env_steps"],
                "iterations": summary["iterations"], "seconds": round(seconds, 2),
                "env_steps_per_s": round(summary["env_steps"] / seconds, 1),
-               "training_return": summary["episode_return"].get(side)}
+               "training_return": summary["episode_return"].get(side), "warm": warm}
     log(f"best response for {side}: {summary['env_steps']:,} env steps against {other}'s "
         f"final network in {seconds:.1f} s ({figures['env_steps_per_s']:,.0f} steps/s); "
         f"its mean training return {_fmt(figures['training_return'])}")

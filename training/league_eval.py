@@ -136,9 +136,10 @@ def judge(run_dirs: list, episodes: int = 16, max_replicas: int = 1024, seed: in
 
 def best_response(run_dir, side: str, budget: int | None = None, episodes: int = 16,
                   max_replicas: int = 1024, seed: int = 12345, deterministic: bool = False,
-                  out=None, log=print) -> dict:
+                  out=None, log=print, warm: bool = False) -> dict:
     """Train a best response for `side` of a run and measure its margin (see the module);
-    best_response_SIDE.json in `out` (default: the run's directory)."""
+    best_response_SIDE.json in `out` (default: the run's directory). `warm`: it starts
+    from the run's own `side` network."""
     run = open_run(run_dir)
     if side not in run.sides:
         raise GpusimError(f"--best_response: {run.config.env_name} has sides "
@@ -147,9 +148,10 @@ def best_response(run_dir, side: str, budget: int | None = None, episodes: int =
     budget = budget or run.config.trainer.total_steps
     br.check_budget(run, budget)
     out = output_folder(out, run.path)
-    log(f"{run.path.name}: a fresh {side} learner trains {budget:,} env steps against "
+    start = f"{side} learner from the run's own {side}" if warm else f"fresh {side} learner"
+    log(f"{run.path.name}: a {start} trains {budget:,} env steps against "
         f"{other}'s final network, frozen")
-    response, figures = br.train_best_response(run, side, budget, log)
+    response, figures = br.train_best_response(run, side, budget, log, warm)
     per_cell = min(episodes, max_replicas)
     result = br.margin(run, side, response, env_maker(run, seed, True), episodes, per_cell,
                        max_replicas, seed, deterministic)
@@ -207,12 +209,17 @@ def main(argv=None) -> int:
     parser.add_argument("--best_response", metavar="SIDE",
                         help="train a fresh learner for SIDE against the other side's final "
                              "network and report its margin")
+    parser.add_argument("--warm_start", action="store_true",
+                        help="--best_response: start from the run's own SIDE network")
     parser.add_argument("--budget", type=int_in(1), metavar="STEPS",
                         help="--best_response: its env steps (default: the run's total_steps)")
     args = parser.parse_args(argv)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
+            if args.warm_start and args.best_response is None:
+                raise GpusimError("--warm_start is the --best_response learner's: add "
+                                  "--best_response SIDE")
             if args.budget is not None and args.best_response is None:
                 raise GpusimError("--budget is the --best_response learner's: add "
                                   "--best_response SIDE")
@@ -222,7 +229,7 @@ def main(argv=None) -> int:
                                       f"{len(args.run_dirs)}")
                 best_response(args.run_dirs[0], args.best_response, args.budget,
                               args.episodes, args.num_envs, args.seed, args.deterministic,
-                              args.out)
+                              args.out, warm=args.warm_start)
             else:
                 judge(args.run_dirs, args.episodes, args.num_envs, args.seed,
                       args.deterministic, args.out, threads=True, panel=args.panel)

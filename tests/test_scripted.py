@@ -114,7 +114,7 @@ def test_evaluate_plays_the_scripted_opponents(tiny_run, capsys):
     out = capsys.readouterr().out
     assert "adversary trained, agent scripted fleer" in out
     assert "adversary scripted chaser, agent trained" in out
-    saved = json.loads((tiny_run / "eval.json").read_text())
+    saved = json.loads((tiny_run / "eval_scripted.json").read_text())
     assert saved["opponents"] == "scripted" and len(saved["pairings"]) == 4
 
 

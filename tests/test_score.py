@@ -265,3 +265,17 @@ def test_the_recipes_target_score_holds_for_its_env_settings(capsys):
     given = load_run_config("tag_continuous", cls, sets=["env.episode_length=50",
                                                          "trainer.target_score=30"])
     assert given.trainer.target_score == 30
+
+
+def test_quickest_measures_the_start_and_the_near_ones_again():
+    """A cold first trial made the start look slow: measured again, it is kept."""
+    first = {16: 1000, 8: 1500, 4: 1450, 32: 900}
+    second = {16: 1600, 8: 1520, 4: 1500, 32: 900}
+    calls = []
+
+    def again(value):
+        calls.append(value)
+        return second[value]
+    out = quickest(first.get, lambda v, r: 1e5 / r, 16, 64, again=again)
+    assert 16 in calls and 8 in calls and 32 not in calls
+    assert out.rates[16] == 1600 and out.pick == 16

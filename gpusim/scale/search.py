@@ -257,8 +257,11 @@ class Searcher:
     def run_quickest(self, predicted_s, start: int, slack: float, lowest: int = 1) -> Quickest:
         """The value of least predicted time to a score (the time_to_score objective),
         within the memory the trials so far were measured to take."""
+        def again(value):
+            trial = self.measure(value)
+            return trial.info.get("env_steps_per_s") if trial.ok else None
         return quickest(self._throughput, predicted_s, start, self.cap, slack, 2, lowest,
-                        self.time_limit_s, self.largest_fitting)
+                        self.time_limit_s, self.largest_fitting, again)
 
     def _throughput(self, value: int) -> float | None:
         trial = self.trial(value) or self.measure(value)  # a trial given in advance counts
@@ -338,7 +341,7 @@ class Quickest:
 
 def quickest(throughput, predicted_s, start: int, cap: int, slack: float = 0.1,
              growth: int = 2, lowest: int = 1, time_limit_s: float | None = None,
-             bound=None) -> Quickest:
+             bound=None, again=None) -> Quickest:
     """The value with the least predicted time to a score, steadily.
 
     `throughput(value) -> float | None` measures; `predicted_s(value, rate)` turns a
@@ -349,7 +352,10 @@ def quickest(throughput, predicted_s, start: int, cap: int, slack: float = 0.1,
     The pick is, of the values within `1 + slack` of the least time, the one nearest
     `start` (on a log scale; the smaller on a tie): values whose predictions differ
     by less than a trial's noise are not worth leaving the config for, and the same
-    machine then picks the same value run after run.
+    machine then picks the same value run after run. `again(value)`, where given,
+    measures a value once more: `start` (the first trial of a process runs cold) and
+    every value near the least time are measured twice, keeping the faster (another
+    process on the machine only ever slows a trial down).
     """
     if not 1 <= start <= cap:
         raise GpusimError(f"search start must lie in 1..{cap}, got {start}")
@@ -378,6 +384,15 @@ def quickest(throughput, predicted_s, start: int, cap: int, slack: float = 0.1,
         above = time_of(value)
         if above is None or above > (1 + slack) * min(t for t in times.values() if t):
             break
+    if again is not None:
+        best = min(t for t in times.values() if t is not None)
+        for value in sorted(v for v, t in times.items() if v == start or t is not None
+                            and t <= (1 + 2 * slack) * best):
+            if clock.out_of_time():
+                break
+            rate = again(value)
+            if rate is not None and rates[value] is not None and rate > rates[value]:
+                rates[value], times[value] = rate, predicted_s(value, rate)
     best = min(t for t in times.values() if t is not None)
     near = [v for v, t in times.items() if t is not None and t <= (1 + slack) * best]
     pick = min(near, key=lambda v: (abs(math.log(v / start)), v))

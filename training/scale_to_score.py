@@ -90,7 +90,8 @@ def to_score(auto) -> object:
              f"predicted time to the score improves (ties within {scale.slack:.0%}: the "
              "nearest the config)")
     searcher = auto.searcher("num_envs", training_trial(
-        resize, auto.env_class, auto.context, scale.trial_seconds), scale.max_num_envs)
+        resize, auto.env_class, auto.context, scale.trial_seconds, same_iterations=True),
+        scale.max_num_envs)
     lowest = max(1, -(-getattr(config.algo, "num_minibatches", 1) // t.rollout_len))
     outcome = searcher.run_quickest(predicted_s, t.num_envs, scale.slack, lowest)
     auto.say(f"search stopped: {outcome.why}")

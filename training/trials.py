@@ -22,15 +22,25 @@ def compiles_so_far() -> int:
     return kernels_built() + graphs
 
 
-def training_trial(resize, env_class, context, seconds: float):
+def training_trial(resize, env_class, context, seconds: float, same_iterations=False):
     """Body of a throughput trial: train for `seconds` the config `resize(value)` gives,
-    uncompiled (every trial reuses what the first one built)."""
+    uncompiled (every trial reuses what the first one built). `same_iterations`: every
+    trial after the first runs as many iterations as the first did, so all cover the same
+    part of their episodes (an iteration's cost changes within an episode: tag_continuous's
+    updates shrink as runners leave play, 4x from its first iterations to its 12th)."""
+    first = {}
+
     def body(value: int) -> dict:
         config = resize(value)  # (no score replicas: the trial times training alone)
         config = replace(config, trainer=replace(config.trainer, compile="off", score_envs=0))
         before = compiles_so_far()
         trainer = Trainer(config, env_class, context.alone())
-        measured = measure_training(trainer, seconds=seconds)
+        if first:
+            measured = measure_training(trainer, iterations=first["iterations"])
+        else:
+            measured = measure_training(trainer, seconds=seconds)
+            if same_iterations:
+                first["iterations"] = measured["iterations"]
         return dict(measured, compiles=compiles_so_far() - before)
     return body
 

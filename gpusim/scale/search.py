@@ -354,8 +354,8 @@ def quickest(throughput, predicted_s, start: int, cap: int, slack: float = 0.1,
     by less than a trial's noise are not worth leaving the config for, and the same
     machine then picks the same value run after run. `again(value)`, where given,
     measures a value once more: `start` (the first trial of a process runs cold) and
-    every value near the least time are measured twice, keeping the faster (another
-    process on the machine only ever slows a trial down).
+    the quickest are measured twice, keeping the faster (another process on the
+    machine only ever slows a trial down).
     """
     if not 1 <= start <= cap:
         raise GpusimError(f"search start must lie in 1..{cap}, got {start}")
@@ -385,9 +385,8 @@ def quickest(throughput, predicted_s, start: int, cap: int, slack: float = 0.1,
         if above is None or above > (1 + slack) * min(t for t in times.values() if t):
             break
     if again is not None:
-        best = min(t for t in times.values() if t is not None)
-        for value in sorted(v for v, t in times.items() if v == start or t is not None
-                            and t <= (1 + 2 * slack) * best):
+        quickest_value = min((v for v, t in times.items() if t is not None), key=times.get)
+        for value in sorted({start, quickest_value}):
             if clock.out_of_time():
                 break
             rate = again(value)

@@ -118,7 +118,7 @@ class RunLogger:
             temp.write_text("".join(line + "\n" for line in kept))
             os.replace(temp, path)
 
-    def log(self, row: dict):
+    def log(self, row: dict, last: bool = False):
         if self._first is None:
             self._first = row["iteration"]
         clean = {k: _jsonable(v) for k, v in row.items()}
@@ -128,11 +128,11 @@ class RunLogger:
             self.tensorboard = ScalarWriter(self.run_dir / "tensorboard")
         self.tensorboard.add_scalars(row["env_steps"], {
             k: v for k, v in clean.items() if k not in ("iteration", "env_steps")})
-        self.progress(clean)
+        self.progress(clean, last)
 
-    def progress(self, m: dict):
+    def progress(self, m: dict, last: bool = False):
         """A tqdm bar on a terminal (elapsed, ETA, smoothed steps/s); about twenty plain lines
-        in a log."""
+        in a log, and the line of the `last` iteration (a run stopped at its target)."""
         if self.quiet:
             return
         it = m["iteration"]
@@ -153,7 +153,7 @@ class RunLogger:
             self._bar.set_postfix_str(status, refresh=False)
             self._bar.update(it - self._bar.n)
             return
-        if not self._line_due(it):
+        if not self._line_due(it) and not last:
             return
         elapsed = m["time_s"]
         done = it - (self._first if self._first is not None else it) + 1

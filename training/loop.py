@@ -169,9 +169,10 @@ class Trainer:
         self.iteration += 1
         self.env_steps += self.steps_per_iteration
         self.elapsed_s += seconds
-        if self.logger is not None:
-            self.logger.log(self.metrics(stats, seconds, lr))
         self._finish_members()
+        if self.logger is not None:  # (the line of a run's last iteration is always shown)
+            self.logger.log(self.metrics(stats, seconds, lr),
+                            last=self.solved() or self.none_learning() or stopping)
         if self.iteration % self.config.trainer.checkpoint_every == 0 or stopping \
                 or self.solved() or self.none_learning() \
                 or self.iteration == self.num_iterations:

@@ -286,7 +286,7 @@ def load_run_config(env_name: str, env_class, path=None, overrides: dict | None 
             raise ConfigError(f"--set expects section.key=value, got '{item}'")
         _assign(data, key.strip(), parse_value(raw.strip()))
     _drop_other_algorithms_keys(data["trainer"], recipe_keys, path)
-    _drop_target_for_other_env(data, recipe_keys, recipe_env, path)
+    _drop_target_for_other_env(data, recipe_keys, recipe_env)
     trainer, algo = split_trainer_section(data["trainer"])
     policy = from_dict(PolicyConfig, data["policy"], section="policy")
     check_policy_keys(policy, trainer.algorithm)
@@ -296,19 +296,15 @@ def load_run_config(env_name: str, env_class, path=None, overrides: dict | None 
                      scale=from_dict(ScaleConfig, data["scale"], section="scale"))
 
 
-def _drop_target_for_other_env(data: dict, recipe_keys: dict, recipe_env: dict, path):
+def _drop_target_for_other_env(data: dict, recipe_keys: dict, recipe_env: dict):
     """A recipe's `target_score` holds for the env settings it was written for (a shorter
     episode or fewer runners moves tag_continuous's survival): with env keys changed on
-    the command line, and no target given there, it is left out, with one line."""
+    the command line, and no target given there, it is left out (the saved config says
+    so: `target_score: null`)."""
     target = recipe_keys.get("target_score")
-    if target is None or data["trainer"].get("target_score") != target \
-            or data["env"] == recipe_env:
-        return
-    changed = sorted(k for k in data["env"] if data["env"][k] != recipe_env.get(k))
-    data["trainer"]["target_score"] = None
-    print(f"gpusim: {path}'s trainer.target_score ({target}) is for its env settings; with "
-          f"env.{changed[0]} changed the run has no target score (--set "
-          "trainer.target_score=VALUE sets one)", file=sys.stderr)
+    if target is not None and data["trainer"].get("target_score") == target \
+            and data["env"] != recipe_env:
+        data["trainer"]["target_score"] = None
 
 
 def _drop_other_algorithms_keys(trainer: dict, recipe_keys: dict, path):

@@ -476,9 +476,12 @@ def test_under_ddp_every_rank_holds_the_same_league(tmp_path):
     distributed.launch(2, league_worker, str(tmp_path), timeout_s=120)
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1))
     assert torch.equal(r0["baseline"], r1["baseline"]) and r0["updates"] == r1["updates"] == 4
+    # games were played and credited (an episode whose snapshot was overwritten before it
+    # ended counts for none: with a snapshot every update, most of them)
+    assert sum(float(pool["games"].sum()) for pool in r0["pools"].values()) > 0
     for name, pool in r0["pools"].items():
         theirs = r1["pools"][name]
         assert pool["born"] == theirs["born"] and torch.equal(pool["wins"], theirs["wins"])
-        assert torch.equal(pool["games"], theirs["games"]) and float(pool["games"].sum()) > 0
+        assert torch.equal(pool["games"], theirs["games"])
         for key, value in pool["nets"].items():
             assert torch.equal(value, theirs["nets"][key]), key

@@ -130,7 +130,8 @@ def test_torch_compile_on_the_cpu_trains():
     trainer.train()
     policy = trainer.algorithm.policies[0]
     assert policy.step.whole.compiled is not None  # trained through the fused step
-    assert not (policy.value.active or policy.forward.active)  # rollouts act eagerly
+    assert not policy.value.active  # rollouts act eagerly (and the training pass compiles
+    # only inside the fused step: ppo_build's `train` is compiled where it is not fused)
 
 
 @pytest.mark.parametrize("name, env", [

@@ -113,8 +113,8 @@ def report(result: dict, sides: list, log=print):
 
     def frac(n, total):
         return f"{n}/{total} ({100 * n / max(1, total):.0f}%)"
-    log(f"transitivity: snapshots oldest first, 95% intervals over episodes paired by start "
-        f"(about 2.5% of pairs per direction flagged by chance alone)")
+    log("transitivity: snapshots oldest first, 95% intervals over episodes paired by start "
+        "(about 2.5% of pairs per direction flagged by chance alone)")
     log(f"| measure | {x} | {y} |")
     log("|---|---|---|")
     log(f"| against a fixed opponent: a later snapshot scores more than an earlier one "

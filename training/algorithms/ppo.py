@@ -24,8 +24,6 @@ from dataclasses import replace
 
 import torch
 
-from gpusim.errors import GpusimError
-
 from .. import losses
 from ..models import make_model
 from ..population import Members

@@ -396,8 +396,12 @@ def quickest(throughput, predicted_s, start: int, cap: int, slack: float = 0.1,
     near = [v for v, t in times.items() if t is not None and t <= (1 + slack) * best]
     pick = min(near, key=lambda v: (abs(math.log(v / start)), v))
     fastest_value = min(near, key=lambda v: times[v])
-    why = (f"{fastest_value} predicts the least time ({best:,.1f} s); "
-           + (f"{pick} is the nearest to {start} within {slack:.0%} of it"
-              if pick != fastest_value else "no value nearer the config comes within "
-              f"{slack:.0%} of it"))
+    if pick != fastest_value:
+        why = (f"{fastest_value} predicts the least time ({best:,.1f} s); {pick} is the "
+               f"nearest to the config's {start} within {slack:.0%} of it")
+    elif pick == start:
+        why = f"the config's {start} predicts the least time ({best:,.1f} s)"
+    else:
+        why = (f"{pick} predicts the least time ({best:,.1f} s); no value nearer the "
+               f"config's {start} comes within {slack:.0%} of it")
     return Quickest(pick, rates, times, why)

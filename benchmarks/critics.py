@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine  # noqa: E402
 
-from gpusim.training.plot import read_metrics  # noqa: E402
+from gpusim.training.trained.plot import read_metrics
 
 CRITICS = {"IPPO": "local", "MAPPO": "central"}
 FRACTIONS = (0.25, 0.5, 1.0)

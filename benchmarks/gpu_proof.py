@@ -229,8 +229,8 @@ def run_sweep(dry: bool) -> list:
     from dataclasses import replace
     from gpusim.envs import env_class
     from gpusim.scale.device import DeviceContext
-    from gpusim.training.autoscale import following_batch, with_sizes
-    from gpusim.training.trials import measure_training
+    from gpusim.training.autoscale.search import following_batch, with_sizes
+    from gpusim.training.autoscale.trials import measure_training
     from gpusim.training.config import load_run_config
     from gpusim.training.loop import Trainer
     cls = env_class("tag_continuous")

@@ -11,7 +11,7 @@ capacity, so the pool spans the whole run), its other league settings at their
 defaults (pfsp opponents, half the replicas all-learners). Both keep `--capacity`
 snapshots of their networks (trainer.keep_snapshots). The game is a matrix and a
 network's mixed strategy its action distribution on the constant first observation
-(training.mixtures), so exploitability is exact (biased_rps.equilibrium: what both best
+(training.judge.mixtures), so exploitability is exact (biased_rps.equilibrium: what both best
 responses win, 0 exactly at the equilibrium (1/2, 1/6, 1/3)). Per seed:
 
 - plain final / league final: the last networks of both sides;
@@ -21,7 +21,7 @@ responses win, 0 exactly at the equilibrium (1/2, 1/6, 1/3)). Per seed:
   weighted equally or as the league drew its opponents at the end.
 
 The table gives each one's mean over seeds with a 95% bootstrap interval over seeds
-(training.population.bootstrap_interval), and league minus plain per seed; the plot
+(training.population.members.bootstrap_interval), and league minus plain per seed; the plot
 (docs/images/league_cycles.png) the learners' exploitability over training. Runs kept
 under --out are not trained again (rerun to resume or to redo the table).
 """
@@ -42,10 +42,10 @@ from common import machine  # noqa: E402
 
 from gpusim import train  # noqa: E402
 from gpusim.envs.biased_rps.equilibrium import exploitability  # noqa: E402
-from gpusim.training import mixtures  # noqa: E402
+from gpusim.training.judge import mixtures
 from gpusim.training.config import load_run_config  # noqa: E402
-from gpusim.training.league_players import open_run  # noqa: E402
-from gpusim.training.population import bootstrap_interval  # noqa: E402
+from gpusim.training.judge.players import open_run
+from gpusim.training.population.members import bootstrap_interval
 
 ENV = "biased_rps"
 ROWS = (("plain final", "plain", "final"), ("plain snapshot average", "plain", "average"),

@@ -177,10 +177,10 @@ def fmt(value: tuple, digits: int = 3) -> str:
 # ---- the protocol --------------------------------------------------------------------
 def judge(game: str, runs: dict, episodes: int, out: Path, log) -> dict:
     """Every judged player against the held-out panel, per side (see the module)."""
-    from gpusim.training import ratings
-    from gpusim.training.crossplay import cross_play
-    from gpusim.training.league_eval import env_maker
-    from gpusim.training.league_players import open_run, panel_players, snapshot_players
+    from gpusim.training.judge import ratings
+    from gpusim.training.judge.crossplay import cross_play
+    from gpusim.training.judge.cli import env_maker
+    from gpusim.training.judge.players import open_run, panel_players, snapshot_players
     record = out / game / "panel.json"
     if record.is_file():
         return json.loads(record.read_text())

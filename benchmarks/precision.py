@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine  # noqa: E402
 
-from gpusim.training.plot import read_metrics  # noqa: E402
+from gpusim.training.trained.plot import read_metrics
 
 RECIPES = {  # name -> (train arguments, env steps)
     "cartpole": (["--env", "cartpole"], 65_536),

@@ -170,7 +170,7 @@ def train_tag(results_dir, extra):
 
 def run_tag(run_dir, episodes):
     from gpusim.training.config import load_run_dir_config
-    from gpusim.training.evaluate import episode_returns, load_policies
+    from gpusim.training.trained.evaluate import episode_returns, load_policies
     cls, config = load_run_dir_config(run_dir)
     env = cls(num_envs=config.trainer.num_envs, backend=config.trainer.backend, seed=12345,
               config=config.env)

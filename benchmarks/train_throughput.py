@@ -47,13 +47,13 @@ from phase_profile import print_profile, profile_iteration
 from gpusim.backends import cuda_works
 from gpusim.envs import env_class
 from gpusim.scale.device import DeviceContext
-from gpusim.training.acceleration import resolve_precision
-from gpusim.training.descent import Adam
-from gpusim.training.autoscale import auto_scale
-from gpusim.training.trials import measure_training
+from gpusim.training.speed.acceleration import resolve_precision
+from gpusim.training.speed.descent import Adam
+from gpusim.training.autoscale.search import auto_scale
+from gpusim.training.autoscale.trials import measure_training
 from gpusim.training.config import load_run_config
 from gpusim.training.models import ActorCritic
-from gpusim.training.graphs import StepGraph
+from gpusim.training.speed.graphs import StepGraph
 from gpusim.training.loop import Trainer
 
 ENV = "tag_continuous"

@@ -141,7 +141,7 @@ def run_benchmarl(python: str, algorithm: str, seed: int, steps: int) -> dict:
 def run_gpusim(critic: str, seed: int, steps: int, results: Path) -> dict:
     """One gpusim run (benchmarks/critics.py's), plus the training clock of each point."""
     from critics import train  # benchmarks/ is on sys.path (main)
-    from gpusim.training.plot import read_metrics
+    from gpusim.training.trained.plot import read_metrics
     run = train("simple_spread", critic, seed, steps, results)
     rows = read_metrics(next((results / f"{critic}_{seed}").glob("*/metrics.jsonl")).parent)
     run["clock"] = {r["env_steps"]: r["time_s"] for r in rows}

@@ -151,7 +151,7 @@ def gpusim_sets(settings: dict) -> list:
 
 def run_gpusim(args: list, cache: str, seed: int) -> tuple:
     """One `python -m gpusim.train` process: (stdout, wall seconds, metrics rows)."""
-    from gpusim.training.plot import read_metrics
+    from gpusim.training.trained.plot import read_metrics
     env = dict(BASE_ENV, GPUSIM_CACHE_DIR=cache)
     with tempfile.TemporaryDirectory() as results:
         argv = [sys.executable, "-m", "gpusim.train", *args, "--backend", "cpu", "--quiet",

@@ -2,7 +2,7 @@
 
 This namespace is the public facade: it re-exports the runtime's API, and
 `make`, `register` and `env_names` from the env table in `gpusim.envs`, and
-`load_policies` (a run's trained policies) from `gpusim.training.policies`, both
+`load_policies` (a run's trained policies) from `gpusim.training.trained.policies`, both
 imported on first use, since they are built on the runtime.
 """
 # First, before torch or numba load their OpenMP runtimes, which read it once:
@@ -32,6 +32,6 @@ def __getattr__(name):
         from gpusim import envs
         return getattr(envs, name)
     if name == "load_policies":
-        from gpusim.training.policies import load_policies
+        from gpusim.training.trained.policies import load_policies
         return load_policies
     raise AttributeError(f"module 'gpusim' has no attribute {name!r}")

@@ -143,7 +143,7 @@ def test_searcher_bounds_the_next_size_by_the_memory_measured():
 
 def test_rollout_respects_the_learning_floor_and_the_time_limit():
     from gpusim.envs import env_class
-    from gpusim.training.autoscale import rollout_floor
+    from gpusim.training.autoscale.search import rollout_floor
     from gpusim.training.config import load_run_config
     cls = env_class("tag_continuous")
 
@@ -378,7 +378,7 @@ def test_search_starts_at_the_config_and_trials_compile_nothing_new():
     """Trials run uncompiled (even where the run compiles): after the first trial, no trial
     builds a kernel or compiles a graph; and the search never goes below the config."""
     from gpusim.scale.device import DeviceContext
-    from gpusim.training.autoscale import AutoScale
+    from gpusim.training.autoscale.search import AutoScale
     cls, config = tiny_tag(**{"trainer.compile": "on", "scale.max_num_envs": 16,
                               "scale.min_rollout_len": 8})
     context = DeviceContext()
@@ -400,7 +400,7 @@ def test_a_larger_pick_keeps_the_iterations_and_gradient_steps():
     """Minibatches grow with the batch (up to scale.minibatch_rows, a chunk each), and
     total_steps with it, so the run has the recipe's iterations, unless it was given."""
     from gpusim.scale.device import DeviceContext
-    from gpusim.training.autoscale import AutoScale, following_batch, with_sizes
+    from gpusim.training.autoscale.search import AutoScale, following_batch, with_sizes
     cls, config = tiny_tag(**{"trainer.num_minibatches": 2, "trainer.max_minibatch_rows": 64})
     grown = following_batch(with_sizes(config, num_envs=16 * 4096), config, agents=6)
     rows = 16 * 4096 * 8 * 6

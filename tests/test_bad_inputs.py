@@ -32,9 +32,10 @@ from bad_envs import RepeatedNames
 from gpusim import doctor, train
 from gpusim.config import load_yaml
 from gpusim.errors import GpusimError
-from gpusim.training import checkpoint, evaluate, export, plot, render
+from gpusim.training.records import checkpoint
+from gpusim.training.trained import evaluate, export, plot, render
 from gpusim.training.config import load_run_config
-from gpusim.training.logger import lock_run_dir
+from gpusim.training.records.logger import lock_run_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 CARTPOLE = ["--env", "cartpole", "--backend", "cpu"]

@@ -1,6 +1,6 @@
 """biased_rps: the env against its NumPy reference (injected states), check_env, the payoffs
 by hand, its exact equilibrium and exploitability, and the mixtures of trained networks
-(training.mixtures) on a tiny league run."""
+(training.judge.mixtures) on a tiny league run."""
 import numba
 import numpy as np
 import pytest
@@ -113,11 +113,11 @@ def test_set_state_rejects_a_timestep_past_the_rounds():
         env.set_state({"timestep": torch.tensor([2], dtype=torch.int32)})
 
 
-# ---- training.mixtures on a tiny league run -------------------------------------------------
+# ---- training.judge.mixtures on a tiny league run -------------------------------------------------
 def test_pool_mixture_weighs_the_pools_snapshots(tmp_path):
     from gpusim import train
-    from gpusim.training import mixtures
-    from gpusim.training.league_players import open_run
+    from gpusim.training.judge import mixtures
+    from gpusim.training.judge.players import open_run
     threads = torch.get_num_threads(), numba.get_num_threads()
     try:
         assert train.main(["--env", "biased_rps", "--backend", "cpu", "--num_envs", "8",

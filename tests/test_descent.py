@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from gpusim.training.descent import Adam, adam_update
+from gpusim.training.speed.descent import Adam, adam_update
 
 SHAPES = [(16, 5), (16,), (16, 16), (16,), (3, 16), (3,)]
 

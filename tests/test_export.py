@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import gpusim
-from gpusim.training import export
+from gpusim.training.trained import export
 from trained_runs import TrainedRuns
 
 KINDS = ["ppo", "lstm", "masked", "gaussian", "gru_gaussian", "sac", "mixed"]

@@ -1,4 +1,4 @@
-"""The compiled learner (training.descent.CompiledDescent) keeps the eager learner's
+"""The compiled learner (training.speed.descent.CompiledDescent) keeps the eager learner's
 semantics: a compiled minibatch or gradient step equal to the eager one, the rollout's
 log-probabilities equal to the learner's, identical reruns; and the forms of tanh."""
 import copy

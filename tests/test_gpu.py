@@ -87,7 +87,7 @@ def test_block_size_limit_on_gpu():
         make_tag(num_envs=1, backend="numba", num_taggers=1, num_runners=1024)
 
 
-# ---- CUDA graphs (training.graphs): the rollout and the update replayed ------------------
+# ---- CUDA graphs (training.speed.graphs): the rollout and the update replayed ------------------
 def graph_trainer(env, graphs, backend="numba", **overrides):
     from gpusim.envs import env_class
     from gpusim.training.config import load_run_config
@@ -163,7 +163,7 @@ def test_graphed_gradient_steps_capture_and_match_eager(algorithm):
 def uncaptured(eager: bool):
     """Where `eager`, every StepGraph runs its step eagerly (the static form, uncaptured)."""
     from unittest import mock
-    from gpusim.training.graphs import StepGraph
+    from gpusim.training.speed.graphs import StepGraph
     if not eager:
         return contextlib.nullcontext()
     return mock.patch.object(StepGraph, "_capture",

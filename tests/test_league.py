@@ -1,4 +1,4 @@
-"""Self-play leagues (training.league): pools of snapshots that act as the policies they froze,
+"""Self-play leagues (training.league.pools): pools of snapshots that act as the policies they froze,
 matchups and draws as configured, learners trained on their own replicas only, static
 rollouts, exact resumes, and one-line refusals."""
 import pytest
@@ -7,7 +7,7 @@ import torch
 from gpusim.envs import env_class
 from gpusim.errors import GpusimError
 from gpusim.training.config import load_run_config
-from gpusim.training.league import Matchups, Pool
+from gpusim.training.league.pools import Matchups, Pool
 from gpusim.training.loop import Trainer
 
 TAG = {"env.num_taggers": 2, "env.num_runners": 3, "env.num_other_agents_observed": 3,
@@ -211,7 +211,7 @@ def test_a_league_run_directory_acts_exports_renders_and_resumes(tmp_path, capsy
     and render; its checkpoint resumes (pool and all)."""
     import gpusim
     from gpusim import train
-    from gpusim.training import export, render
+    from gpusim.training.trained import export, render
     argv = ["--env", "tag_continuous", "--backend", "cpu", "--quiet", "--results_dir",
             str(tmp_path / "runs"), "--total_steps", "256", "--set", "trainer.num_envs=4",
             "--set", "trainer.rollout_len=16", "--set", "trainer.league=true",
@@ -257,7 +257,7 @@ def test_a_league_run_directory_acts_exports_renders_and_resumes(tmp_path, capsy
 
 def league_state(run_dir):
     """A run directory's latest checkpoint: its iteration, league and replicas' opponents."""
-    from gpusim.training import checkpoint
+    from gpusim.training.records import checkpoint
     state = checkpoint.load_latest(run_dir / "checkpoints")
     return {"iteration": state["iteration"], "league": state["algorithm"]["league"],
             "opponents": state["ranks"][0]["algorithm"]["league"]["acting"]}

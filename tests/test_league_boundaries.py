@@ -1,4 +1,4 @@
-"""A pool change never lands mid-episode (training.league_acting): each frozen replica plays
+"""A pool change never lands mid-episode (training.league.acting): each frozen replica plays
 the snapshot it drew until its episode ends, even when the pool overwrites that slot, and
 its episode is credited to that snapshot or to none."""
 import pytest

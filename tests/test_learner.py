@@ -5,7 +5,7 @@ import torch
 
 from gpusim.envs import env_class
 from gpusim.errors import ConfigError
-from gpusim.training import acceleration
+from gpusim.training.speed import acceleration
 from gpusim.training.config import load_run_config
 from gpusim.training.algorithms.ppo import PPO
 from gpusim.training.loop import Trainer

@@ -3,8 +3,8 @@ progress line at least every PROGRESS_EVERY_S."""
 import io
 import time
 
-from training import logger as run_logs
-from training.logger import CompileReport, RunLogger
+from gpusim.training.records import logger as run_logs
+from gpusim.training.records.logger import CompileReport, RunLogger
 
 
 def row(it, total_s):

@@ -1,6 +1,6 @@
 """An env's declared episode outcome (gpusim.outcome): biased_rps's payoff sign and
 tag_continuous's runner survival, counted by hand; a league's win statistics
-(training.league_outcome) and cross-play's ratings (training.ratings) by it."""
+(training.league.outcome) and cross-play's ratings (training.judge.ratings) by it."""
 import numpy as np
 import pytest
 import torch
@@ -8,9 +8,9 @@ import torch
 import gpusim
 from gpusim.errors import GpusimError
 from gpusim.outcome import Outcome, win
-from gpusim.training import ratings
-from gpusim.training.crossplay import OUTCOME
-from gpusim.training.league_outcome import LeagueOutcome
+from gpusim.training.judge import ratings
+from gpusim.training.judge.crossplay import OUTCOME
+from gpusim.training.league.outcome import LeagueOutcome
 
 from test_league import league_trainer
 

@@ -9,7 +9,8 @@ import torch
 import gpusim
 from gpusim.errors import GpusimError
 from gpusim.spaces import agent_index
-from gpusim.training import checkpoint, evaluate
+from gpusim.training.records import checkpoint
+from gpusim.training.trained import evaluate
 from gpusim.training.actors import Actors
 from gpusim.training.algorithms import algorithm_class
 from gpusim.training.config import load_run_dir_config

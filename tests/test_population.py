@@ -9,7 +9,7 @@ import torch
 
 from gpusim.envs import env_class
 from gpusim.errors import GpusimError
-from gpusim.training import population
+from gpusim.training.population import members as population
 from gpusim.training.config import load_run_config
 from gpusim.training.loop import Trainer
 
@@ -192,7 +192,7 @@ def test_a_population_run_is_summarised_evaluated_per_member_and_plotted(tmp_pat
     """The CLI's summary per setting, evaluate per member with the best kept as a plain
     run (which load_policies and evaluate take as any run), and the population plot."""
     from gpusim import load_policies, train
-    from gpusim.training import evaluate, plot
+    from gpusim.training.trained import evaluate, plot
     code = train.main(["--env", "cartpole", "--backend", "cpu", "--quiet", "--results_dir",
                        str(tmp_path), "--total_steps", "256", "--set", "trainer.num_envs=4",
                        "--set", "trainer.rollout_len=16", "--set",
@@ -220,7 +220,7 @@ def test_a_population_run_is_summarised_evaluated_per_member_and_plotted(tmp_pat
     assert line.count("\n") == 1 and "a population of 4: member m" in line and "best" in line
     assert load_policies(run_dir, member="m2")["agent"].act(torch.zeros(4))[0].shape == (1,)
     assert "member m2 (seed 0, lr=0.003)" in capsys.readouterr().err
-    from gpusim.training import export, render
+    from gpusim.training.trained import export, render
     assert export.main([str(run_dir), "--format", "torchscript", "--member", "m1",
                         "--out", str(tmp_path / "exported")]) == 0
     assert render.main([str(run_dir), "--member", "3", "--max_steps", "3",
@@ -234,7 +234,7 @@ def test_a_population_run_is_summarised_evaluated_per_member_and_plotted(tmp_pat
 
 def test_population_flags_that_do_not_apply_are_one_line(tmp_path, capsys):
     from gpusim import train
-    from gpusim.training import evaluate
+    from gpusim.training.trained import evaluate
     assert train.main(["--env", "cartpole", "--backend", "cpu", "--num_gpus", "2",
                        "--set", "trainer.population=2", "--results_dir", str(tmp_path)]) == 2
     assert "drop --num_gpus" in capsys.readouterr().err

@@ -172,7 +172,7 @@ def cli(results, *args):
 
 
 def test_a_population_checkpoints_resumes_and_evaluates_every_member(tmp_path):
-    from gpusim.training import evaluate
+    from gpusim.training.trained import evaluate
     full, part = tmp_path / "full", tmp_path / "part"
     assert cli(full, "--total_steps", str(32 * 6), "--set", "trainer.final_eval_episodes=0") == 0
     assert cli(part, "--total_steps", str(32 * 4), "--set", "trainer.final_eval_episodes=0") == 0

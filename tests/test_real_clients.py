@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from gpusim import train
-from gpusim.training import evaluate
+from gpusim.training.trained import evaluate
 
 pytest.importorskip("gymnasium")
 pytest.importorskip("mpe2")

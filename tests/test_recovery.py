@@ -14,10 +14,10 @@ import torch
 from gpusim import train
 from gpusim.errors import GpusimError
 from gpusim.envs import env_class
-from gpusim.training import checkpoint
+from gpusim.training.records import checkpoint
 from gpusim.training.config import load_run_config
-from gpusim.training.logger import lock_run_dir
-from gpusim.training.tensorboard import read_scalars
+from gpusim.training.records.logger import lock_run_dir
+from gpusim.training.records.tensorboard import read_scalars
 from gpusim.training.loop import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""Static steps: what a CUDA graph replays (training.graphs) must run the same operations on
+"""Static steps: what a CUDA graph replays (training.speed.graphs) must run the same operations on
 tensors of the same shapes at every call, and never read a device value on the host.
 
 Checked on the CPU, with the learners built in the static form they take on a CUDA device

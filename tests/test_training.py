@@ -10,9 +10,9 @@ import yaml
 from gpusim import train
 from gpusim.errors import ConfigError
 from gpusim.envs import env_class
-from gpusim.training import checkpoint
+from gpusim.training.records import checkpoint
 from gpusim.training.config import load_run_config
-from gpusim.training.tensorboard import read_scalars
+from gpusim.training.records.tensorboard import read_scalars
 from gpusim.training.loop import Trainer
 
 CARTPOLE = env_class("cartpole")
@@ -222,7 +222,7 @@ def test_cli_as_a_process_exits_nonzero_with_one_line(tmp_path):
 
 def test_plot_writes_pngs(tmp_path):
     pytest.importorskip("matplotlib")
-    from gpusim.training import plot
+    from gpusim.training.trained import plot
     assert run_cli(tmp_path, "--total_steps", str(256 * 3)) == 0
     paths = plot.plot_run(only_run(tmp_path))
     assert [p.name for p in paths] == ["returns.png", "losses.png", "throughput.png"]

@@ -1,5 +1,5 @@
 """A plain run's snapshots over training (trainer.keep_snapshots) and their cross-play's
-transitivity summary (training.transitivity): `python -m gpusim.league RUN_DIR`."""
+transitivity summary (training.judge.transitivity): `python -m gpusim.league RUN_DIR`."""
 import json
 
 import numba
@@ -8,8 +8,9 @@ import torch
 
 from gpusim import train
 from gpusim.errors import ConfigError
-from gpusim.training import league_eval, snapshots, transitivity
-from gpusim.training.league_players import Player, league_players, open_run
+from gpusim.training.judge import cli as league_eval, transitivity
+from gpusim.training.records import snapshots
+from gpusim.training.judge.players import Player, league_players, open_run
 from gpusim.training.config import load_run_config
 from gpusim.envs import env_class
 

@@ -6,8 +6,8 @@ import pytest
 
 from gpusim import train
 from gpusim.envs import env_class
-from gpusim.training import evaluate as evaluation
-from gpusim.training import render
+from gpusim.training.trained import evaluate as evaluation
+from gpusim.training.trained import render
 
 PIL = pytest.importorskip("PIL.Image", reason="rendering tests decode GIFs with Pillow")
 pytest.importorskip("matplotlib")

@@ -24,14 +24,16 @@ from gpusim.scale import distributed
 from gpusim.scale.device import DeviceContext
 from gpusim.scripted import scripted_policies
 
-from . import checkpoint, members, population
-from .acceleration import resolve_precision
+from .records import checkpoint
+from .trained import member_runs as members
+from .population import members as population
+from .speed.acceleration import resolve_precision
 from .arguments import ArgumentParser
-from .autoscale import auto_scale
+from .autoscale.search import auto_scale
 from .algorithms import ALGORITHMS
 from .config import config_reference, load_run_config, load_run_dir_config, recipe_path
-from .evaluate import evaluate
-from .logger import CompileReport, RunLogger, new_run_dir
+from .trained.evaluate import evaluate
+from .records.logger import CompileReport, RunLogger, new_run_dir
 from .loop import Stopped, Trainer
 
 # scale keys that apply without --auto_scale (multi-process runs wait this long)

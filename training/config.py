@@ -20,9 +20,9 @@ from gpusim.config import field_help, from_dict, load_yaml, require, to_dict
 from gpusim.errors import ConfigError
 from gpusim.scale.config import ScaleConfig
 
-from . import population
-from .acceleration import COMPILE_MODES, PRECISIONS
-from .graphs import MODES as GRAPH_MODES
+from .population import members as population
+from .speed.acceleration import COMPILE_MODES, PRECISIONS
+from .speed.graphs import MODES as GRAPH_MODES
 
 ACTIVATIONS = ("tanh", "relu")
 RECURRENT = ("none", "gru", "lstm")
@@ -56,7 +56,7 @@ class TrainerConfig:
     checkpoint_every: int = 10     # iterations between checkpoints
     keep_snapshots: int = 0        # evenly spaced snapshots of every policy's network kept
                                    # over the run (RUN_DIR/snapshots; league tools play
-                                   # them, training.snapshots); 0: none
+                                   # them, training.records.snapshots); 0: none
     final_eval_episodes: int = 0   # after training: episodes per pairing of trained and random
                                    # policies (python -m gpusim.evaluate); 0: none
     target_return: float | None = None  # stop once every policy's mean return over the
@@ -76,7 +76,7 @@ class TrainerConfig:
                                    # gpusim.scale.threads)
     population: int | dict = 1     # members trained side by side in one process: a number
                                    # of seeds (seed, seed + 1, ...), or a sweep
-                                   # {lr: [3e-4, 1e-3], ent_coef: [0.0, 0.01]} (training.population)
+                                   # {lr: [3e-4, 1e-3], ent_coef: [0.0, 0.01]} (training.population.members)
     seeds_per_setting: int = 1     # with a sweep: seeds per combination of its values
 
     def check(self):

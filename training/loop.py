@@ -32,7 +32,8 @@ from gpusim.errors import GpusimError, describe
 from gpusim.scale import distributed as dist
 from gpusim.scale.device import DeviceContext
 
-from . import checkpoint, population
+from .records import checkpoint
+from .population import members as population
 from .algorithms import algorithm_class
 from .config import RunConfig
 from .score import SCORE_KEY, RunScore

@@ -93,7 +93,7 @@ class MLP(nn.Sequential):
 def linear(x, weight, bias):
     """F.linear; with a population's stacked weights (members, out, in) and biases
     (members, out), every member's layer on its own rows x (members, ..., in) as one
-    batched product (training.population.StackedPolicy)."""
+    batched product (training.population.members.StackedPolicy)."""
     if weight.dim() == 2:
         return F.linear(x, weight, bias)
     rows = x.reshape(x.shape[0], -1, x.shape[-1])

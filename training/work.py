@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from gpusim.scale.threads import Work
 
-from . import population
+from .population import members as population
 
 
 def largest_layer(spec, hidden_sizes) -> int:

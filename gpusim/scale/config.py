@@ -14,7 +14,7 @@ ONE_WEEK_S = 7 * 24 * 3600  # longest wait accepted: longer ones overflow dateti
 
 @dataclass(frozen=True)
 class ScaleConfig:
-    """Multi-process runs and `--auto_scale` (gpusim.scale.search, gpusim.training.autoscale)."""
+    """Multi-process runs and `--auto_scale` (gpusim.scale.search, gpusim.training.autoscale.search)."""
     objective: str = "auto"          # time_to_score: the least predicted time to the
                                      # recipe's score; throughput: the fastest training;
                                      # memory: the largest num_envs, then rollout_len, that

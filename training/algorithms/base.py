@@ -6,7 +6,7 @@ policy learns; per reported name, a dict of statistics), and for checkpoints
 `state_dict` / `load_state_dict` (the same on every rank: models,
 optimizers, generators) and `rank_state_dict` / `load_rank_state_dict`
 (this rank's own, such as a replay shard). Every algorithm has `members`
-(training.population.Members: one for a solo run), which say who still
+(training.population.members.Members: one for a solo run), which say who still
 learns. The loop never asks which algorithm it drives, nor whether it is a
 population.
 """
@@ -17,10 +17,11 @@ import torch
 from gpusim.errors import GpusimError, describe
 from gpusim.spaces import agent_index
 
-from ..acceleration import compile_enabled, resolve_precision, use_disk_cache
+from ..speed.acceleration import compile_enabled, resolve_precision, use_disk_cache
 from ..episodes import EpisodeTracker
-from ..graphs import graphs_enabled
-from ..population import finite_members, restore_member, size as population_size, stacked_state
+from ..speed.graphs import graphs_enabled
+from ..population.members import (finite_members, restore_member, size as population_size,
+                                  stacked_state)
 
 
 class Algorithm:
@@ -39,7 +40,7 @@ class Algorithm:
         self.rank, self.world_size = context.rank, context.world_size
         self.distributed = self.world_size > 1
         # `static`: the steps take the form a CUDA graph can replay (fixed shapes, no host
-        # read); `use_graphs`: they are captured and replayed (training.graphs), on a CUDA
+        # read); `use_graphs`: they are captured and replayed (training.speed.graphs), on a CUDA
         # device. (Tests build the static form on the CPU, where it runs eagerly.)
         self.static = graphs_enabled(config.trainer.cuda_graphs, env.device) \
             and self.graphs_supported(config.trainer)

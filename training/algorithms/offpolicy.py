@@ -38,7 +38,7 @@ import torch
 from gpusim.config import require
 from gpusim.errors import ConfigError, GpusimError
 
-from ..population import Members
+from ..population.members import Members
 from .base import Algorithm
 from .offpolicy_build import build
 from .offpolicy_networks import NetsOn, OffPolicyModel
@@ -64,7 +64,7 @@ class OffPolicyConfig:
                                     # continues exactly (false: smaller checkpoints, and a
                                     # resumed run refills its buffers)
     policy_keys: ClassVar[frozenset] = frozenset(("hidden_sizes", "activation"))
-    # what a population's members may differ in (training.population)
+    # what a population's members may differ in (training.population.members)
     sweepable: ClassVar[tuple] = ("lr", "max_grad_norm", "tau")
 
     def check(self):
@@ -228,7 +228,7 @@ class OffPolicy(Algorithm):
         """One step of the critics towards r + gamma * (1 - terminated) * Q'(s', a'), and
         when due one step of the actor (and of SAC's alpha) and of the targets, on a sampled
         batch and the step's standard normal `draws` (`step_draws` of them): its steps taken
-        through `descent` (training.descent: eager, or compiled), its networks run through
+        through `descent` (training.speed.descent: eager, or compiled), its networks run through
         `nets` (default: the group's own; a population member's: offpolicy_members.py).
         Returns (statistics, TD errors)."""
         cfg, model = self.cfg, g.model

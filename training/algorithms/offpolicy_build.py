@@ -17,11 +17,11 @@ import functools
 
 import torch
 
-from ..acceleration import MaybeCompiled
+from ..speed.acceleration import MaybeCompiled
 from ..actors import Actors
 from ..collectives import LOCAL, TorchCollectives
-from ..descent import Adam, CompiledDescent, EagerDescent
-from ..graphs import StepGraph
+from ..speed.descent import Adam, CompiledDescent, EagerDescent
+from ..speed.graphs import StepGraph
 from ..replay import ReplayBuffer
 from .offpolicy_members import MembersStep, build_members
 from .offpolicy_networks import OffPolicyGroup, Optimizers

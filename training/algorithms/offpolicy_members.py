@@ -4,7 +4,7 @@ The off-policy algorithm (offpolicy.py) is the same; a population builds these p
 place of a solo run's (`build_members`), and steps through `MembersStep`:
 - networks made from each member's seed and settings, stacked
   (`StackedOffPolicy`: online, targets, log-alpha); per network one Adam with a member
-  dim, each member's rate and clipping norm (training.descent);
+  dim, each member's rate and clipping norm (training.speed.descent);
 - one replay ring per member (`MemberReplays`: its solo run's, same seed);
 - every number a solo run draws from torch's generator (uniform actions before
   `learning_starts`, SAC's Gaussian samples, TD3's and DDPG's noise) drawn in the same
@@ -24,13 +24,13 @@ from types import SimpleNamespace
 import torch
 
 from ..actors import Actors, UniformPolicy
-from ..descent import Adam, adam_update
-from ..population import member_config, noise_generator
+from ..speed.descent import Adam, adam_update
+from ..population.members import member_config, noise_generator
 from ..replay import Batch, ReplayBuffer
-from ..stacked import StackedPolicy
+from ..population.stacked import StackedPolicy
 from .offpolicy_networks import NetsOn, OffPolicyGroup, Optimizers
 
-ADAM_EPS = 1e-8  # training.descent.Adam's default, a solo run's
+ADAM_EPS = 1e-8  # training.speed.descent.Adam's default, a solo run's
 
 
 def _draws(generators: list, shape: tuple, uniform: bool = False) -> torch.Tensor:
@@ -172,7 +172,7 @@ class MemberNets(NetsOn):
 
 
 class MemberDescent:
-    """training.descent's interface for one member inside vmap: `torch.func.grad`, then its
+    """training.speed.descent's interface for one member inside vmap: `torch.func.grad`, then its
     clipped Adam (`adam_update`) in place on its slices."""
 
     def __init__(self, params: dict, state: dict):

@@ -14,8 +14,8 @@ every replica in one call. The critic sees the agent's own observation (IPPO) or
 replica's global state (`policy.critic: central`, MAPPO). With per-agent done, an
 agent's steps after it finished are neither bootstrapped across nor trained on; a
 truncated replica's reward gets gamma * V(final state) (rollout.TruncationBootstrap). A
-population runs the same methods over a member dim (training.population: a solo run
-is a population of one); a league (training.league), against pools of past selves.
+population runs the same methods over a member dim (training.population.members: a solo run
+is a population of one); a league (training.league.pools), against pools of past selves.
 """
 from __future__ import annotations
 
@@ -26,9 +26,9 @@ import torch
 
 from .. import losses
 from ..models import make_model
-from ..population import Members
+from ..population.members import Members
 from .base import Algorithm
-from ..league import League, NoLeague
+from ..league.pools import League, NoLeague
 from ..noise_scale import NoiseScale
 from .ppo_build import (Policy, check_buffers_fit, choose_speed, coefficients, make_actors,
                         make_policies)

@@ -20,13 +20,13 @@ import torch
 
 from .. import losses
 from ..losses import take
-from ..acceleration import MaybeCompiled
+from ..speed.acceleration import MaybeCompiled
 from ..actors import Actors
-from ..descent import Adam, CompiledDescent, MinibatchStep
-from ..graphs import FixedChunks, StepGraph
+from ..speed.descent import Adam, CompiledDescent, MinibatchStep
+from ..speed.graphs import FixedChunks, StepGraph
 from ..models import make_model
-from ..population import noise_generator
-from ..stacked import StackedPolicy, one_member
+from ..population.members import noise_generator
+from ..population.stacked import StackedPolicy, one_member
 from .rollout import PolicyBuffer, buffer_bytes
 
 
@@ -46,7 +46,7 @@ class Policy:
                              # -> (log-prob, entropy, value), each leading with the members
     rows_valued: bool = False  # whether the critic runs on flat buffer rows (`value_rows`)
     rollout_values: object = None  # the critic over the stored rollout, into its values
-    step: object = None      # one minibatch step (training.descent)
+    step: object = None      # one minibatch step (training.speed.descent)
     value_rows: object = None  # the critic on flat buffer rows, in fixed-size chunks
     gae: object = None       # losses.gae with this run's gamma and lambda
 
@@ -175,7 +175,7 @@ def no_values(p: Policy):
 
 def compiled_step(ppo, p: Policy) -> CompiledDescent:
     """A minibatch step as one compiled call: PPO's loss on the parameters, differentiated
-    and stepped inside (training.descent); of a lone network (compiling is solo)."""
+    and stepped inside (training.speed.descent); of a lone network (compiling is solo)."""
     def loss(params, rows, adv, returns, weights):
         def forward(*inputs):
             return torch.func.functional_call(p.model, params, inputs)

@@ -40,7 +40,7 @@ class PPOConfig:
                                    # iterations, before the update (training.noise_scale);
                                    # 0: never
     league: bool = False           # self-play against pools of each policy's past selves (envs
-                                   # with two or more policies: training.league)
+                                   # with two or more policies: training.league.pools)
     league_snapshot_every: int = 10  # league: updates between snapshots into each pool
     league_capacity: int = 8       # league: snapshots each policy's pool holds
     league_eviction: str = "oldest"  # league: what a full pool drops: oldest | lowest (the

@@ -48,10 +48,10 @@ from gpusim.scale import distributed as dist
 from gpusim.scale.search import Searcher
 from gpusim.sizes import format_size, parse_size
 
-from .algorithms import ALGORITHMS, algorithm_class
-from .config import RunConfig
-from .loop import Trainer
-from .scale_to_score import to_score
+from ..algorithms import ALGORITHMS, algorithm_class
+from ..config import RunConfig
+from ..loop import Trainer
+from .to_score import to_score
 from .trials import compiles_so_far, training_trial
 
 TRAINER_SIZES = ("num_envs", "rollout_len")  # the rest (max_minibatch_rows) are the algorithm's

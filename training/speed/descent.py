@@ -30,7 +30,7 @@ Both are checked against `torch.optim.Adam` (tests/test_descent.py).
   minibatch takes the gradient of its mean loss in bounded memory. Under DDP, chunks
   before the last skip the all-reduce (`no_sync`). On a CUDA device (`graphs`) the
   chunk step and the optimizer step are each replayed as a CUDA graph
-  (training.graphs), the last chunk padded to the chunk's size with rows that weigh 0
+  (training.speed.graphs), the last chunk padded to the chunk's size with rows that weigh 0
   (`pad`; on the CPU the tests run this static form eagerly).
 - `CompiledDescent`: a whole step as one torch.compile'd call (`torch.func.grad` of the
   loss over the parameters, then Adam as tensor operations, in place on the

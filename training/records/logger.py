@@ -179,7 +179,7 @@ class RunLogger:
 
     def snapshot(self, iteration: int, total: int, keep: int, env_steps: int, algorithm):
         """When due (trainer.keep_snapshots over `total` iterations): every policy's
-        network into the run's snapshots (training.snapshots)."""
+        network into the run's snapshots (training.records.snapshots)."""
         if snapshots.due(iteration, total, keep):
             snapshots.save(self.run_dir, iteration, env_steps, algorithm.state_dict()["models"])
 

@@ -1,6 +1,6 @@
 """Export a run's acting networks: `python -m gpusim.export RUN_DIR --format onnx --out DIR`.
 
-Each policy's `ActingNetwork` (training.policies) is written to DIR as
+Each policy's `ActingNetwork` (training.trained.policies) is written to DIR as
 `<policy>.onnx` (ONNX, for onnxruntime and other runtimes) or `<policy>.pt`
 (TorchScript, for `torch.jit.load`), with DIR/policies.json describing every
 file's inputs and outputs. The network takes `obs` (float32, (batch,
@@ -29,7 +29,7 @@ import torch
 
 from gpusim.errors import GpusimError, describe, writing
 
-from .arguments import ArgumentParser
+from ..arguments import ArgumentParser
 from .policies import load_policies
 
 FORMATS = {"onnx": ".onnx", "torchscript": ".pt"}

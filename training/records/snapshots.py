@@ -1,10 +1,10 @@
 """A run's policies over training: `trainer.keep_snapshots` evenly spaced copies of every
 policy's network, kept in RUN_DIR/snapshots/iter_<iteration>.pt.
 
-Checkpoints keep only the last few states (training.checkpoint), so a plain run leaves
+Checkpoints keep only the last few states (training.records.checkpoint), so a plain run leaves
 no record of what it played earlier. Snapshots hold networks only (no optimizer, no env
 state): what `python -m gpusim.league RUN_DIR` needs to cross-play a run's past selves
-and ask whether training cycles or forgets (training.transitivity).
+and ask whether training cycles or forgets (training.judge.transitivity).
 """
 from __future__ import annotations
 

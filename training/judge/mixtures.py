@@ -4,8 +4,8 @@ action distribution on that observation, a league pool's the mixture of its snap
 
 What a pair of strategies is worth is the game's own business (biased_rps: its
 `equilibrium.exploitability`); this module only reads networks: a run's final ones
-(training.policies), its kept snapshots (training.snapshots) and its league pools
-(training.league's `Pool`, loaded from the checkpoint and weighted as the league drew).
+(training.trained.policies), its kept snapshots (training.records.snapshots) and its league pools
+(training.league.pools's `Pool`, loaded from the checkpoint and weighted as the league drew).
 """
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import torch
 from gpusim.envs import make
 from gpusim.errors import GpusimError
 
-from . import snapshots
-from .league import Pool
-from .league_players import Run, acting_copy
+from ..records import snapshots
+from ..league.pools import Pool
+from .players import Run, acting_copy
 
 OPPONENT_RULES = ("uniform", "pfsp", "latest")  # as trainer.league_opponents draws
 

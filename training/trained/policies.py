@@ -10,7 +10,7 @@ the acting part is loaded; critics, target networks and SAC's temperature are
 dropped, so a central critic's input size never matters here.
 
 `ActingNetwork` is a policy's deterministic action as a module: what
-`act(..., deterministic=True)` runs, and what training.export writes.
+`act(..., deterministic=True)` runs, and what training.trained.export writes.
 """
 from __future__ import annotations
 
@@ -24,9 +24,11 @@ from torch import nn
 
 from gpusim.errors import GpusimError, describe
 
-from . import checkpoint, members, population
-from .algorithms import algorithm_class
-from .config import load_run_dir_config
+from ..records import checkpoint
+from . import member_runs as members
+from ..population import members as population
+from ..algorithms import algorithm_class
+from ..config import load_run_dir_config
 
 # Submodules and parameters that training needs and acting does not: the critics (of
 # every algorithm), the off-policy target copies and SAC's log-alpha.

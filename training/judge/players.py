@@ -1,12 +1,12 @@
 """The players of `python -m gpusim.league`: networks of a two-policy env, per side.
 
 A league run's players are, per policy, the snapshots its checkpoint's pool holds
-(training.league's `Pool`: each labelled by the update it was taken at, `u30`) and
+(training.league.pools's `Pool`: each labelled by the update it was taken at, `u30`) and
 its final network (`final`). Several runs' players are their final networks, one per
 run and side (labelled A, B, ...): run A's taggers against run B's runners, and so on.
-Only the acting part of each network is kept (training.policies.acting_part).
+Only the acting part of each network is kept (training.trained.policies.acting_part).
 
-`StackedPlayers` acts for one policy with its players stacked (training.stacked): each
+`StackedPlayers` acts for one policy with its players stacked (training.population.stacked): each
 replica plays the player its slot names, and a step is one batched product over the
 players (`StackedPolicy.lead`), every player on the replicas that play it.
 """
@@ -22,10 +22,10 @@ from gpusim.config import to_dict
 from gpusim.errors import GpusimError
 from gpusim.scripted import scripted_policies
 
-from . import checkpoint, snapshots
-from . import policies as trained
-from .config import load_run_dir_config
-from .stacked import StackedPolicy, flat_name
+from ..records import checkpoint, snapshots
+from ..trained import policies as trained
+from ..config import load_run_dir_config
+from ..population.stacked import StackedPolicy, flat_name
 
 STACKABLE = ("ppo", "a2c")  # their actor-critics take a leading player dim (members_lead)
 

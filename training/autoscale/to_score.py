@@ -27,7 +27,7 @@ from dataclasses import replace
 
 from gpusim.errors import GpusimError
 
-from .loop import Trainer
+from ..loop import Trainer
 from .trials import training_trial
 
 NOISE_TRIAL_ITERATIONS = 8  # iterations of the trial that measures B_noise when not given

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from gpusim.backends import kernels_built
 
-from .loop import Trainer
+from ..loop import Trainer
 
 MAX_WARM_UP_ITERATIONS = 3
 

@@ -13,8 +13,8 @@ algorithm keeps of them while it runs (`Members`: settings, generators, which
 still learn; a solo run is a population of one), and the statistics a
 researcher reads across seeds (`summary`: the mean with a 95% bootstrap
 interval, and the interquartile mean). Their networks run as one batched
-computation (training.stacked), their optimizer is the learners' one Adam with
-a member dim (training.descent).
+computation (training.population.stacked), their optimizer is the learners' one Adam with
+a member dim (training.speed.descent).
 """
 from __future__ import annotations
 

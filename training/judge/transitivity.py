@@ -4,7 +4,7 @@ A league can only help where plain training is intransitive (a later self loses 
 earlier one) or forgets (a later self does worse than an earlier one against some
 opponent): in a transitive game each new self already beats every old one, and no pool
 has anything to fix. The players are one run's snapshots of both sides, oldest first
-(training.snapshots, or a league's pools), and every measure is taken over episodes
+(training.records.snapshots, or a league's pools), and every measure is taken over episodes
 paired by their start (cross-play's common random numbers), with 95% intervals:
 
 - per side, against a fixed opponent of the other side: each pair (earlier, later) of
@@ -14,7 +14,7 @@ paired by their start (cross-play's common random numbers), with 95% intervals:
 - both sides together: snapshot times k and l met as in a symmetric game, k playing X
   against l's Y and Y against l's X; k's share of the two games, per episode, is
   (X wins of (k, l) + 1 - X wins of (l, k)) / 2 (a win under the ratings' rule, the
-  env's outcome or the median return: training.ratings). Later beating earlier is the transitive case; a triple of times
+  env's outcome or the median return: training.judge.ratings). Later beating earlier is the transitive case; a triple of times
   a > b > c > a is an intransitive cycle.
 
 With 95% intervals about 2.5% of the pairs in each direction are flagged by chance

@@ -5,17 +5,17 @@
     python -m gpusim.league RUN_DIR --best_response runner --budget 200000
 
 For an env of two policies (sides X and Y, in the env's order): a matrix of every X
-player against every Y player (training.crossplay), each cell `--episodes` episodes
+player against every Y player (training.judge.crossplay), each cell `--episodes` episodes
 with both sides' mean returns and 95% intervals; a Bradley-Terry fit of every player's
-rating from those games (training.ratings), and league.png, the ratings against the
+rating from those games (training.judge.ratings), and league.png, the ratings against the
 update each snapshot was taken at. Players: a league run's pooled snapshots and final
-networks (training.league_players); or, given several runs of one env, each run's
+networks (training.judge.players); or, given several runs of one env, each run's
 final networks (run A's X against run B's Y, and every other pairing).
 
 --best_response SIDE trains a fresh learner for SIDE against the run's final network
 of the other side, frozen, for --budget env steps (default: the run's own), and
 reports its margin over the run's own SIDE against that network
-(training.best_response). Everything goes to league.json (best_response_SIDE.json)
+(training.judge.best_response). Everything goes to league.json (best_response_SIDE.json)
 in the first run's directory, or --out.
 """
 from __future__ import annotations
@@ -33,10 +33,10 @@ from gpusim.scale.threads import Work
 
 from . import best_response as br
 from . import ratings, transitivity
-from .arguments import ArgumentParser, int_in
+from ..arguments import ArgumentParser, int_in
 from .crossplay import OUTCOME, batches, cross_play, mean_ci
-from .league_players import check_alike, league_players, open_run, panel_players, run_players
-from .work import run_work
+from .players import check_alike, league_players, open_run, panel_players, run_players
+from ..work import run_work
 
 COLUMN = 15
 

@@ -14,10 +14,10 @@ import time
 
 from gpusim.errors import GpusimError
 
-from .config import load_run_dir_config
+from ..config import load_run_dir_config
 from .crossplay import cross_play, mean_ci, paired
-from .league_players import Player, Run, acting_copy
-from .loop import Stopped, Trainer
+from .players import Player, Run, acting_copy
+from ..loop import Stopped, Trainer
 
 
 def train_best_response(run: Run, side: str, budget: int, log=print, warm: bool = False):

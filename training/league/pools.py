@@ -3,7 +3,7 @@
 Each policy keeps a pool of its past selves: every `league_snapshot_every`
 updates its acting network is copied, in place, into one slot of a fixed
 number (`league_capacity`), stacked as a population's members are
-(training.stacked); a full pool evicts its oldest snapshot, or its weakest
+(training.population.stacked); a full pool evicts its oldest snapshot, or its weakest
 (`league_eviction: lowest`, the one the learners beat most often). The pools
 start with each policy's initial network.
 
@@ -15,7 +15,7 @@ agents act as one snapshot, drawn when the replica's episode starts
 (`league_opponents`: uniform, the latest more often, or prioritized fictitious
 self-play: `pfsp`, the snapshots the learners beat least more often) and played
 until it ends: a snapshot added or evicted meanwhile changes no episode under way
-(training.league_acting). A policy trains only on the rows of replicas where it learns.
+(training.league.acting). A policy trains only on the rows of replicas where it learns.
 
 What runs per step is static: the snapshots of every frozen replica run as one
 batched product, each replica on its own copy of its opponent's weights (taken
@@ -24,7 +24,7 @@ win rates are device tensors. So a rollout stays one CUDA graph and reads
 nothing on the host. A win, for the learner of a replica, is an episode the env's
 declared outcome says it won (gpusim.outcome); without one, an episode whose return
 beats that learner's running mean return in its league games: a scale-free outcome
-every env has (training.league_outcome).
+every env has (training.league.outcome).
 """
 from __future__ import annotations
 
@@ -34,9 +34,9 @@ import torch
 
 from gpusim.errors import GpusimError
 
-from .league_acting import LeagueActor
-from .league_outcome import LeagueOutcome
-from .stacked import StackedPolicy, check_stack_fits
+from .acting import LeagueActor
+from .outcome import LeagueOutcome
+from ..population.stacked import StackedPolicy, check_stack_fits
 
 DECAY = 0.98  # per update: how fast a snapshot's win statistics forget older games
 
@@ -100,7 +100,7 @@ class Pool:
         self.games = torch.zeros(capacity, device=device)  # decayed counts of league games
         self.wins = torch.zeros(capacity, device=device)   # ... the learners won against it
         # which snapshot each slot holds: new at every add (a replica playing a slot since
-        # overwritten plays on what it drew, credited to none: training.league_acting)
+        # overwritten plays on what it drew, credited to none: training.league.acting)
         self.stamp = torch.zeros(capacity, dtype=torch.long, device=device)
         self.adds = 0
 

@@ -17,10 +17,11 @@ import yaml
 
 from gpusim.errors import GpusimError, writing
 
-from . import checkpoint, population
-from .config import load_run_dir_config
-from .population import member_config
-from .stacked import unflat_name
+from ..records import checkpoint
+from ..population import members as population
+from ..config import load_run_dir_config
+from ..population.members import member_config
+from ..population.stacked import unflat_name
 
 
 def is_population(run_dir) -> bool:
@@ -60,7 +61,7 @@ def pick(run_dir, config, member=None) -> tuple:
 
 def _last_returns(run_dir: Path, config, team: list) -> list:
     """Per member, the mean over its policies of the last logged mean return (None: none)."""
-    from .metrics import read_lines, record
+    from ..records.metrics import read_lines, record
     try:
         records = [r for r in map(record, read_lines(run_dir / "metrics.jsonl")) if r]
     except GpusimError:

@@ -1,0 +1,1 @@
+"""How fast the learner runs, wrapped around plain functions: one Adam and its minibatch steps (descent), captured graphs (graphs), compile and precision (acceleration)."""

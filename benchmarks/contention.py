@@ -22,7 +22,10 @@ medians (with hog / quiet). gpusim's throughput is its training time's
 `.venv`), side by side, e.g. the commit before a change; repeat it for more
 checkouts (rows named by the folder). `--dedicated` also runs them with the
 README's setting for a quiet machine of one's own (torch on every core,
-`OMP_WAIT_POLICY=ACTIVE`), rows named "dedicated".
+`OMP_WAIT_POLICY=ACTIVE`), rows named "dedicated". `--also WORKLOAD KEY=VALUE` also runs
+the workloads whose name contains WORKLOAD on this checkout with `--set KEY=VALUE` (rows
+named by the setting), e.g. `--also "main job" trainer.score_envs=0`: the main job without
+its score's evaluation replicas, like for like with a checkout that had none.
 """
 from __future__ import annotations
 
@@ -102,12 +105,17 @@ def sb3_in_child() -> float:
     return float(done.stdout.split()[-1])
 
 
-def workloads(baselines: list[Path], results: str, dedicated: bool = False) -> dict:
+def workloads(baselines: list[Path], results: str, dedicated: bool = False,
+              also: list | None = None) -> dict:
     """name -> a function running it once and returning env steps per second."""
     here = Path(sys.executable)
     out = {}
     for name, args in GPUSIM_WORKLOADS.items():
         out[f"gpusim {name}"] = lambda a=args: run_gpusim(str(here), ROOT, a, results)
+        for part, setting in also or ():
+            if part in name:
+                out[f"{setting} {name}"] = lambda a=[*args, "--set", setting]: run_gpusim(
+                    str(here), ROOT, a, results)
         if dedicated:
             out[f"dedicated {name}"] = lambda a=args: run_gpusim(
                 str(here), ROOT, [*a, *dedicated_args()], results, DEDICATED_ENV)
@@ -150,7 +158,8 @@ def cell(values: list[float]) -> str:
     return f"{statistics.median(values):,.0f} ({min(values):,.0f}-{max(values):,.0f})"
 
 
-def report(rates: dict, names: list[str], baselines: list[Path], dedicated: bool = False):
+def report(rates: dict, names: list[str], baselines: list[Path], dedicated: bool = False,
+           also: list | None = None):
     print("\n| workload | quiet: median (range) | with hog: median (range) | ratio |")
     print("|---|---:|---:|---:|")
     for name in names:
@@ -168,6 +177,10 @@ def report(rates: dict, names: list[str], baselines: list[Path], dedicated: bool
             for other in rows:
                 print(f"{condition}: {name}, this checkout / {other} = "
                       f"{med[(f'gpusim {name}', condition)] / med[(f'{other} {name}', condition)]:.2f}x")
+            for part, setting in also or ():
+                for other in rows if part in name else ():
+                    print(f"{condition}: {name}, this checkout with {setting} / {other} = "
+                          f"{med[(f'{setting} {name}', condition)] / med[(f'{other} {name}', condition)]:.2f}x")
             for other in rows if dedicated else ():
                 print(f"{condition}: {name}, dedicated / {other} = "
                       f"{med[(f'dedicated {name}', condition)] / med[(f'{other} {name}', condition)]:.2f}x")
@@ -182,6 +195,10 @@ def main(argv=None):
     parser.add_argument("--dedicated", action="store_true",
                         help="also run gpusim's workloads with the README's setting for a "
                              "quiet machine of one's own (torch on every core, spinning)")
+    parser.add_argument("--also", nargs=2, action="append", default=[],
+                        metavar=("WORKLOAD", "KEY=VALUE"),
+                        help="also run the workloads whose name contains WORKLOAD on this "
+                             "checkout with --set KEY=VALUE (repeatable)")
     parser.add_argument("--sb3-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.sb3_child:
@@ -198,10 +215,10 @@ def main(argv=None):
     if missing:
         print(f"{SB3_NAME}: skipped, {missing}")
     with tempfile.TemporaryDirectory() as results:
-        runs = workloads(args.baseline, results, args.dedicated)
+        runs = workloads(args.baseline, results, args.dedicated, args.also)
         rates = measure(runs, args.rounds)
     print(f"load average at the end: {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
-    report(rates, list(runs), args.baseline, args.dedicated)
+    report(rates, list(runs), args.baseline, args.dedicated, args.also)
 
 
 if __name__ == "__main__":

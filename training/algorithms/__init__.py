@@ -1,9 +1,4 @@
-"""The algorithms, by name: the one table from `trainer.algorithm` to its code.
-
-Each entry is an `Algorithm` (base.py) with its own config dataclass
-(`Config`: its `trainer` keys and defaults). Nothing outside this table
-branches on an algorithm's name.
-"""
+"""The algorithms by name: `ALGORITHMS`, the one table from `trainer.algorithm` to an `Algorithm` (base.py) with its own config dataclass (`Config`: its `trainer` keys)."""
 from __future__ import annotations
 
 from .base import Algorithm

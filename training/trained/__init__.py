@@ -1,1 +1,1 @@
-"""What uses a finished run: trained policies loaded anywhere (policies), members as runs, evaluate, export, render, plot."""
+"""What uses a finished run: trained policies loaded anywhere (policies), members as runs (member_runs), evaluate, export, render, plot."""

@@ -33,7 +33,9 @@ def test_a_snapshot_acts_as_the_policy_it_froze():
         algorithm = trainer.algorithm
         trainer.iterate(1e-3)  # one update: slot 1 holds the updated networks
         frozen = {}
+        assert [p.name for p in algorithm.policies] == ["tagger", "runner"]
         for p in algorithm.policies:
+            assert p.continuous == bool(extra)  # each kind of head, as configured
             pool = algorithm.league.pools[p.name]
             assert pool.filled.tolist()[:2] == [True, True] and pool.born[:2] == [0, 1]
             obs = torch.randn(5, p.spec.num_agents, p.spec.obs_dim)
@@ -44,9 +46,13 @@ def test_a_snapshot_acts_as_the_policy_it_froze():
             else:
                 mine = (p.model.log_probs(obs),)
                 theirs = (pool.act("log_probs", slots, obs, None),)
-            for a, b in zip(mine, theirs):
+            compared = 0
+            for a, b in zip(mine, theirs, strict=True):
+                assert (a is None) == (b is None)
                 if a is not None:
                     torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+                    compared += 1
+            assert compared >= 1 + 2 * p.continuous  # log-probs; or action, log-prob, squashed
             frozen[p.name] = {k: t[1].clone() for k, t in pool.nets.stacked()[0].items()}
         trainer.iterate(1e-3)
         trainer.iterate(1e-3)  # (slot 1 is not the newest: it was not overwritten)
@@ -167,12 +173,16 @@ def test_a_frozen_policy_never_learns_and_plays_the_network_it_is_given():
     given = {k: torch.randn_like(v) if v.dtype.is_floating_point else v
              for k, v in algorithm.policies[0].model.state_dict().items()}
     algorithm.league.load_frozen({"tagger": given})
+    assert [p.name for p in algorithm.policies] == ["tagger", "runner"]
     before = [q.clone() for q in algorithm.policies[0].model.parameters()]
     runner_before = [q.clone() for q in algorithm.policies[1].model.parameters()]
+    assert before and runner_before
     trainer.iterate(1e-3)
-    assert all(torch.equal(a, b) for a, b in zip(before, algorithm.policies[0].model.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(before, algorithm.policies[0].model.parameters(),
+                                                  strict=True))
     assert not all(torch.equal(a, b) for a, b in zip(runner_before,
-                                                     algorithm.policies[1].model.parameters()))
+                                                     algorithm.policies[1].model.parameters(),
+                                                     strict=True))
     pool = algorithm.league.pools["tagger"]
     assert pool.filled.tolist().count(True) == 1
     held = pool.nets.member(0)  # the pool's acting network: every entry compared

@@ -103,13 +103,24 @@ class Algorithm:
 
     def guarded(self, update, learning: bool = True) -> dict:
         """`update()` (every policy's update; their statistics as one tensor, policies x
-        members x statistics, a solo run's member dim optional), read once; a population's member whose statistics or
-        parameters stopped being finite put back to its state before it and frozen. The
-        statistics by reported name (of the members still learning)."""
+        members x statistics, a solo run's member dim optional), `reported`."""
+        before = self.saved(learning)
+        return self.reported(update(), before)
+
+    def saved(self, learning: bool = True):
+        """A population's training state before an update that learns (None: a solo run's,
+        or nothing learns), for `reported` to put a diverged member back."""
+        if learning and not self.members.solo:
+            return [stacked_state(self.tensors(p)) for p in self.policies]
+        return None
+
+    def reported(self, stats: torch.Tensor, before) -> dict:
+        """An update's statistics (policies x members x statistics), read once; a
+        population's member whose statistics or parameters stopped being finite put back
+        to its state `before` and frozen. The statistics by reported name (of the members
+        still learning)."""
         members, policies = self.members, self.policies
-        before = [stacked_state(self.tensors(p)) for p in policies] \
-            if learning and not members.solo else None
-        values = update().reshape(len(policies), members.count, -1).tolist()  # one host read
+        values = stats.reshape(len(policies), members.count, -1).tolist()  # one host read
         if before is not None:
             finite = finite_members([q for p in policies for q in p.model.parameters()],
                                     members.count)

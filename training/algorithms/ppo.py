@@ -19,22 +19,20 @@ is a population of one); a league (training.league.pools), against pools of past
 """
 from __future__ import annotations
 
-from contextlib import nullcontext
-from dataclasses import replace
-
 import torch
 
 from .. import losses
 from ..models import make_model
 from ..population.members import Members
 from .base import Algorithm
-from ..league.pools import League, NoLeague
+from ..league.pools import make_league
 from ..noise_scale import NoiseScale
 from .ppo_build import (Policy, check_buffers_fit, choose_speed, coefficients, make_actors,
                         make_policies)
-from .rollout import TruncationBootstrap
-from .units import Units, make_units, minibatches, replicas
-from .ppo_config import CPU_COMPILE_MIN_STEPS, A2CConfig, PPOConfig, check_for_env
+from .rollout import TruncationBootstrap, critic_input, mask_width, recurrence
+from .units import EVERYONE, Units, learners, make_units, minibatches
+from .ppo_config import (CPU_COMPILE_MIN_STEPS, A2CConfig, PPOConfig, check_for_env,
+                         run_config, sequence_length)
 
 
 class PPO(Algorithm):
@@ -46,22 +44,23 @@ class PPO(Algorithm):
     def __init__(self, config, env, context, timer):
         self.members = Members(config, env, context)
         check_for_env(config, env, population=not self.members.solo)
-        if not self.members.solo:  # members run uncompiled
-            config = replace(config, trainer=replace(config.trainer, compile="off"))
-        super().__init__(config, env, context, timer)
+        super().__init__(run_config(config, not self.members.solo), env, context, timer)
+        t, members = self.config.trainer, self.members
+        # what each concern decides once: the critic's input, recurrent sequences, masks
         self.central = config.policy.critic == "central"
-        self.bptt_len = config.policy.bptt_len if config.policy.recurrent != "none" else 0
-        t, members, mask = config.trainer, self.members, env.action_mask()
-        self.mask_width = 0 if mask is None else mask.shape[-1]
-        self.state_dim = env.global_state().shape[-1] if self.central else 0
+        self.critic_input = critic_input(config, env)
+        self.bptt_len = sequence_length(config)
+        self.mask_width = mask_width(env)
+        self.state_dim = self.critic_input.state_dim
         check_buffers_fit(self)
         self.policies = make_policies(self)  # (a population's networks stacked)
-        self.league = League(self) if self.cfg.league else NoLeague()
+        self.league = make_league(self)
+        self.learners = self.league.learners(self.policies)  # (index, policy) that learn
         self.actors = make_actors(self)
-        for p in self.policies:  # (in a league: the replicas where it learns)
-            counted = self.league.counted(p.name, env.num_envs, env.device)
-            if counted is not None:
-                self.episodes.counted[p.name] = counted
+        self.recurrence = recurrence(self.bptt_len, self.actors.memory)
+        # (in a league: the replicas where each policy learns)
+        self.episodes.counted.update(self.league.counted([p.name for p in self.policies],
+                                                         env.num_envs, env.device))
         self.episodes.members = members.count
         self.bootstrap = TruncationBootstrap(env, t.rollout_len, t.gamma, self.central,
                                              self.actors.memory)
@@ -75,8 +74,7 @@ class PPO(Algorithm):
     # ---- the rollout ------------------------------------------------------------------
     def collect(self, env_steps: int):
         """A rollout (its CUDA graph replayed, once captured: one section, "rollout")."""
-        with self.timer("rollout") if self.speed.rollout.graph is not None else nullcontext():
-            self.speed.rollout()
+        self.speed.collect(self.timer)
 
     @torch.no_grad()
     def rollout(self):
@@ -100,53 +98,34 @@ class PPO(Algorithm):
     def _store_inputs(self, t: int, active):
         """Step t's observation, activity, legal choices, critic input, and a recurrent
         policy's state and value (a feed-forward critic runs after the rollout)."""
-        state = self.env.global_state() if self.central else None
-        mask = self.env.action_mask()
+        state, mask = self.critic_input.state(), self.env.action_mask()
         for p in self.policies:
-            buf = p.buffer
-            buf.obs[t].copy_(self.observe(p.name, self.next_obs))
-            if active is not None:
-                buf.active[t].copy_(active[:, p.agents])
-            if buf.masks is not None:
-                buf.masks[t] = mask[:, p.agents, :self.mask_width]
-            if buf.states is not None:
-                buf.states[t].copy_(state)
-            memory = self.actors.memory.get(p.name)
-            if memory is not None and t % self.bptt_len == 0:  # a sequence starts
-                buf.memory[t // self.bptt_len].copy_(memory)
-            if memory is not None:
-                buf.values[t] = self.values(p, self.next_obs, state, memory)
+            p.buffer.store_inputs(t, self.observe(p.name, self.next_obs), active, p.agents,
+                                  mask, state)
+            self.recurrence.store(t, p, self.values, self.next_obs, state)
 
     def _store_outcome(self, t: int, reward, done, truncated, active):
         """Step t's rewards and done marks; the truncation bootstrap; episode returns."""
         still = self.env.agent_active()
         for p in self.policies:
-            buf = p.buffer
-            torch.mul(reward[:, p.agents], self.config.trainer.reward_scale, out=buf.rewards[t])
-            # an agent's episode ends with its replica's, or when it stops playing
-            dones = buf.dones[t]
-            dones.copy_(done[:, None])  # copy_ into the view: half a setitem's cost
-            if active is not None:
-                dones |= buf.active[t] & ~still[:, p.agents]
+            p.buffer.store_outcome(t, reward, self.config.trainer.reward_scale, done, active,
+                                   still, p.agents)
         self.bootstrap.record(t, truncated)
-        if self.bootstrap.due(t):
-            self.bootstrap.flush(self.values, self.policies)
+        self.bootstrap.after_step(t, self.values, self.policies)
         self.actors.episode_ended(done, still)
         self.league.episode_ended(t, done)
         self.episodes.record(t, reward, done, active)
 
-    def values(self, p: Policy, obs, state, memory=None):
-        """(envs, the policy's agents) values of an env's (envs, agents, obs) array."""
-        return self.critic(p, self.observe(p.name, obs), state, memory)
+    def values(self, p: Policy, obs, state, *memory):
+        """(envs, the policy's agents) values of an env's (envs, agents, obs) array (after
+        a recurrent policy's states `memory`)."""
+        return self.critic(p, self.observe(p.name, obs), state, *memory)
 
-    def critic(self, p: Policy, own, state, memory=None):
+    def critic(self, p: Policy, own, state, *memory):
         """(..., agents) values of the agents' own observations `own` (..., agents, obs)
         after the recurrent states `memory`, or of the replicas' global `state`."""
         with self.precision.autocast():
-            if state is not None:
-                value = p.value(state)
-                return value[..., None].expand(*value.shape, p.spec.num_agents)
-            return p.value(own) if memory is None else p.value(own, memory)
+            return self.critic_input.value(p, own, state, *memory)
 
     # ---- the update -------------------------------------------------------------------
     def update(self, lr: float) -> dict:
@@ -159,56 +138,56 @@ class PPO(Algorithm):
         orders = self.orders()
         if not any(members.alive):  # (the loop ends after this iteration)
             self.update_stats.zero_()
-            return self.guarded(lambda: self.update_stats, learning=False)
+            return self.reported(self.update_stats, None)
         noise = self.noise.measure(self)  # at the rollout's parameters, where due
-        stats = self.guarded(lambda: self.speed.update(orders, members.learning()))
+        before = self.saved()
+        stats = self.speed.update_all(orders, learners(members.alive, self.env.device,
+                                                       self.speed.whole))
         self.league.after_update(self.policies)
-        return self.noise.added(stats, noise)
+        return self.noise.added(self.reported(stats, before), noise)
 
     def orders(self) -> dict:
         """Each learning policy's units and every epoch's shuffle of each member's units
         (from the member's own generator)."""
         orders = {}
-        for p in (p for p in self.policies if self.league.learns(p.name)):
+        for _, p in self.learners:
             units = self.units(p)
             orders[p.name] = (units, [[torch.randperm(u.shape[0], generator=g, device=g.device)
                                        for u, g in zip(units.rows, self.shuffles)]
                                       for _ in range(self.cfg.update_epochs)])
         return orders
 
-    def update_all(self, orders: dict, learning=None) -> torch.Tensor:
+    def update_all(self, orders: dict, learning=EVERYONE) -> torch.Tensor:
         """Each learning policy's update on its units and shuffles `orders[name]`, of the
-        members `learning` (indices; None: all); the statistics, policies x members."""
-        for k, p in enumerate(self.policies):
-            if p.name in orders:
-                self.update_stats[k].copy_(self.update_policy(p, *orders[p.name], learning))
+        members `learning` (training.algorithms.units.learners): the rollout's values and
+        GAE, then `update_epochs` passes of shuffled minibatches (of rows, or of agent
+        sequences for a recurrent policy); the mean statistics, policies x members."""
+        cfg = self.cfg
+        for k, p in self.learners:
+            units, shuffles = orders[p.name]
+            buf = p.buffer
+            with torch.no_grad():
+                self.rollout_values(p, units.value_rows)
+                next_value = self.values(p, self.next_obs, self.critic_input.state(),
+                                         *self.recurrence.memory(p.name))
+                advantages, returns = p.gae(buf.rewards, buf.values, buf.dones,
+                                            next_value.float())
+            advantages, returns = advantages.reshape(-1), returns.reshape(-1)
+            stats = 0.0
+            for epoch in range(cfg.update_epochs):
+                for rows, weights in minibatches(units, shuffles[epoch], cfg.num_minibatches,
+                                                 p.name):
+                    stats = stats + self.minibatch_step(p, rows, weights, advantages, returns,
+                                                        learning)
+            self.update_stats[k].copy_(stats / (cfg.update_epochs * cfg.num_minibatches))
         return self.update_stats
-
-    def update_policy(self, p: Policy, units, orders: list, learning=None) -> torch.Tensor:
-        """The rollout's values and GAE, then `update_epochs` passes of shuffled minibatches
-        (of rows, or of agent sequences for a recurrent policy); the mean statistics."""
-        cfg, buf = self.cfg, p.buffer
-        with torch.no_grad():
-            self.rollout_values(p, units.value_rows)
-            state = self.env.global_state() if self.central else None
-            next_value = self.values(p, self.next_obs, state, self.actors.memory.get(p.name))
-            advantages, returns = p.gae(buf.rewards, buf.values, buf.dones, next_value.float())
-        advantages, returns = advantages.reshape(-1), returns.reshape(-1)
-        stats = 0.0
-        for epoch in range(cfg.update_epochs):
-            for rows, weights in minibatches(units, orders[epoch], cfg.num_minibatches, p.name):
-                stats = stats + self.minibatch_step(p, rows, weights, advantages, returns,
-                                                    learning)
-        return stats / (cfg.update_epochs * cfg.num_minibatches)
 
     def rollout_values(self, p: Policy, in_play=None):
         """Every step's value, in critic calls over the stored rollout (the critic does not
         act, so it need not run per step; a recurrent one's were stored as it acted); with
         `in_play` (flat rows, a lone critic on its own observations) the values of those
         rows only: GAE never reads the others from them."""
-        if in_play is None:
-            return p.rollout_values()
-        p.buffer.values.view(-1).zero_().index_copy_(0, in_play, p.value_rows(in_play))
+        p.rollout_values(in_play)
 
     def values_by_steps(self, p: Policy):
         """A network's values of the stored rollout, a few steps at a time (bounded memory)."""
@@ -216,23 +195,19 @@ class PPO(Algorithm):
         steps = max(1, self.cfg.max_minibatch_rows // buf.values[0].numel())
         for t in range(0, buf.values.shape[0], steps):
             part = slice(t, t + steps)
-            states = None if buf.states is None else buf.states[part]
-            buf.values[part] = self.critic(p, buf.obs[part], states)
+            buf.values[part] = self.critic(p, *self.critic_input.stored(buf, part))
 
     def values_by_members(self, p: Policy):
         """Stacked networks' values of the stored rollout: the members' replicas leading
         (the stacked networks split dim 0)."""
         buf = p.buffer
-        states = None if buf.states is None else buf.states.transpose(0, 1)
-        buf.values.copy_(self.critic(p, buf.obs.transpose(0, 1), states).transpose(0, 1))
+        buf.values.copy_(self.critic(p, *self.critic_input.by_members(buf)).transpose(0, 1))
 
-    def minibatch_step(self, p: Policy, rows, weights, advantages, returns, learning=None):
+    def minibatch_step(self, p: Policy, rows, weights, advantages, returns, learning=EVERYONE):
         """One gradient step on buffer rows `rows` ((members, rows), or (members, sequences,
-        steps)) weighing `weights` (None: all count), of the members `learning` (None: all):
-        the advantages normalised over each member's minibatch, then the step."""
-        if learning is not None:
-            rows = rows[learning]
-            weights = None if weights is None else weights[learning]
+        steps)) weighing `weights` (None: all count), of the members `learning`: the
+        advantages normalised over each member's minibatch, then the step."""
+        rows, weights = learning.pick(rows), learning.pick(weights)
         adv = losses.take(advantages, rows)
         total = rows[0].numel() if weights is None \
             else weights.flatten(1).sum(-1, keepdim=True).clamp_min(1.0)
@@ -240,55 +215,39 @@ class PPO(Algorithm):
             adv = losses.normalized(adv.flatten(1), None if weights is None else
                                     weights.flatten(1), total, -1).view(rows.shape)
         stats = p.step(rows, adv, losses.take(returns, rows), weights, total, learning)
-        if learning is None:
-            return stats
-        return stats.new_zeros((self.members.count,) + stats.shape[1:]).index_copy_(
-            0, learning, stats)
+        return learning.put(stats)
 
-    def loss(self, p: Policy, rows, adv, returns, weights, learning=None, forward=None):
+    def loss(self, p: Policy, rows, adv, returns, weights, learning=EVERYONE, *, forward):
         """(detached statistics, loss) per member of PPO's objective on buffer rows `rows`
         (a chunk of a minibatch, of the members `learning`); `forward`: the training pass
-        (default: the policy's own)."""
+        (the policy's own, or the compiled step's)."""
         batch = self.gather(p.buffer, rows)
-        clip, ent, vf = (c if learning is None else c[learning] for c in self.coefs)
+        clip, ent, vf = (learning.pick(c) for c in self.coefs)
         with self.precision.autocast():
-            new = (forward or p.forward)(*batch["inputs"], members=learning)
+            new = forward(*batch["inputs"], members=learning.index)
         flat = [None if x is None else x.reshape(x.shape[0], -1) for x in (
             *new, batch["log_probs"], batch["values"], adv, returns, weights)]
         return losses.ppo_objective(flat[:3], *flat[3:], clip, self.cfg.clip_vloss, ent, vf,
                                     dim=-1)
 
+    def loss_of(self, p: Policy):
+        """Policy `p`'s loss as a minibatch step takes it, on its own training pass
+        (`self.loss` looked up at each call: a test may wrap it)."""
+        return lambda *batch: self.loss(p, *batch, forward=p.forward)
+
     def gather(self, buf, rows) -> dict:
         """The fields the loss reads of flat buffer rows `rows` (any shape: (..., steps)
         sequences carry a recurrent policy's start states and restarts)."""
-        def flat(field):
-            x = getattr(buf, field)
-            return losses.take(x.view((-1,) + x.shape[3:]), rows)
-        critic_obs = None if buf.states is None else losses.take(  # its (step, replica) row
-            buf.states.view(-1, buf.states.shape[-1]), rows // buf.obs.shape[2])
-        inputs = (flat("obs"), flat("actions"), None if buf.masks is None else flat("masks"),
-                  critic_obs)
-        if self.bptt_len:
-            per_step = buf.rewards.shape[1] * buf.rewards.shape[2]  # rows between steps
-            first = rows[..., 0]  # the sequence's start: its recurrent state, per sequence
-            start_state = buf.memory.view(-1, buf.memory.shape[-1])[
-                (first // (per_step * self.bptt_len)) * per_step + first % per_step]
-            resets = torch.zeros(rows.shape, dtype=torch.bool, device=rows.device)
-            if rows.shape[-1] > 1:  # an episode that ended with step l-1 restarts it at l
-                resets[..., 1:] = losses.take(buf.dones.reshape(-1), rows[..., :-1])
-            inputs = inputs + (start_state, resets)
-        return {"inputs": inputs, "log_probs": flat("log_probs"), "values": flat("values")}
+        inputs = (buf.take("obs", rows), buf.take("actions", rows), buf.take("masks", rows),
+                  self.critic_input.rows(buf, rows), *self.recurrence.inputs(buf, rows))
+        return {"inputs": inputs, "log_probs": buf.take("log_probs", rows),
+                "values": buf.take("values", rows)}
 
     def units(self, p: Policy) -> Units:
         """What policy `p`'s minibatches are made of (training.algorithms.units)."""
-        buf = p.buffer
-        active = None if self.env.agent_active_array is None else buf.active.reshape(-1)
-        league = self.league.trains_on(p.name)
-        return make_units(tuple(buf.rewards.shape),
-                          replicas(self.members.count, buf.rewards.shape[1], league,
-                                   buf.rewards.device),
-                          active, self.bptt_len, self.cfg.out_of_play, self.cfg.num_minibatches,
-                          p.rows_valued, league is not None)
+        return make_units(p.buffer, self.members.count, self.league.trains_on(p.name),
+                          self.env.agent_active_array is not None, self.bptt_len,
+                          self.cfg.out_of_play, self.cfg.num_minibatches, p.rows_valued)
 
     def warming_up(self) -> bool:
         return any(graph.warming_up() for graph in self.speed.graphs())
@@ -342,8 +301,7 @@ class PPO(Algorithm):
 
     @classmethod
     def acting_model(cls, config, env, spec):
-        state_dim = env.global_state().shape[-1] if config.policy.critic == "central" else None
-        return make_model(spec, config.policy, state_dim)
+        return make_model(spec, config.policy, critic_input(config, env).model_state_dim)
 
 
 class A2C(PPO):

@@ -23,11 +23,12 @@ from ..losses import take
 from ..speed.acceleration import MaybeCompiled
 from ..actors import Actors
 from ..speed.descent import Adam, CompiledDescent, MinibatchStep
-from ..speed.graphs import FixedChunks, StepGraph
+from ..speed.graphs import FixedChunks, StepGraph, graphs_of, step_graph
 from ..models import make_model
 from ..population.members import noise_generator
 from ..population.stacked import StackedPolicy, one_member
 from .rollout import PolicyBuffer, buffer_bytes
+from .units import EVERYONE
 
 
 @dataclass
@@ -55,9 +56,9 @@ class Policy:
         return self.spec.continuous
 
     def graphs(self) -> list:
-        """Its parts' StepGraphs (their graphs captured on a CUDA device only)."""
-        return [self.gae, self.value_rows.graph, self.step.chunk_step,
-                self.step.optimizer_step]
+        """Its static parts' StepGraphs (their graphs captured on a CUDA device only)."""
+        return graphs_of([self.gae, self.value_rows.graph, self.step.chunk_step,
+                          self.step.optimizer_step])
 
 
 def check_buffers_fit(ppo):
@@ -117,19 +118,23 @@ def make_policies(ppo) -> list:
 
 @dataclass
 class Speed:
-    """How a PPO run runs, chosen once (`choose_speed`): its rollout, and its whole update
-    where that is one graph (every member runs in it, those no longer learning at rate
-    0), each a `StepGraph` (replayed where captured); each policy's parts its own."""
+    """How a PPO run runs, chosen once (`choose_speed`): its rollout (a `StepGraph`,
+    replayed where captured), and its whole update (`PPO.update_all`, a `StepGraph` where
+    it is one captured graph: every member runs in it, those no longer learning at rate 0);
+    each policy's parts its own."""
     rollout: StepGraph
-    update_all: StepGraph
+    update_all: object
     whole: bool               # the whole update one graph
     policies: list
 
-    def update(self, orders: dict, learning) -> torch.Tensor:
-        return self.update_all(orders, None if self.whole else learning)
+    def collect(self, timer):
+        """A rollout (its CUDA graph replayed, once captured: one section, "rollout")."""
+        with timer("rollout") if self.rollout.graph is not None else contextlib.nullcontext():
+            self.rollout()
 
     def graphs(self) -> list:
-        return [self.rollout, self.update_all] + [g for p in self.policies for g in p.graphs()]
+        return graphs_of([self.rollout, self.update_all]) \
+            + [g for p in self.policies for g in p.graphs()]
 
 
 def choose_speed(ppo) -> Speed:
@@ -149,24 +154,36 @@ def choose_speed(ppo) -> Speed:
         # a lone network is a population of one; stacked ones take the member dim
         p.forward = one_member(train) if solo else p.model.training_pass
         p.rows_valued = solo and not ppo.central  # the critic runs on flat buffer rows
-        p.rollout_values = functools.partial(
+        p.rollout_values = rollout_values(p, functools.partial(
             ppo.values_by_members if not solo else
-            ppo.values_by_steps if not ppo.bptt_len else no_values, p)
-        p.gae = StepGraph(lambda r, v, d, n: losses.gae(r, v, d, n, t.gamma, ppo.lam),
-                          f"{what}'s GAE", graphs and parts, timer)
+            ppo.values_by_steps if not ppo.bptt_len else no_values, p))
+        p.gae = step_graph(lambda r, v, d, n: losses.gae(r, v, d, n, t.gamma, ppo.lam),
+                           f"{what}'s GAE", parts, graphs and parts, timer)
         p.value_rows = FixedChunks(
             lambda rows, p=p: ppo.critic(p, take(p.buffer.flat("obs"), rows), None),
             cfg.max_minibatch_rows, f"{what}'s value chunk", parts, graphs, timer)
-        p.step = MinibatchStep(lambda *batch, p=p: ppo.loss(p, *batch), p.adam, chunk,
+        p.step = MinibatchStep(ppo.loss_of(p), p.adam, chunk,
                                no_sync=p.train_model.no_sync if ppo.distributed else None,
                                pad=parts, graphs=graphs and parts,
                                what=f"{what}'s minibatch", timer=timer,
                                whole=compiled_step(ppo, p) if fused else None)
         if train.active:
             probe(ppo, p, train)
+    captured = graphs and whole
     return Speed(StepGraph(ppo.rollout, "the rollout", graphs, timer),
-                 StepGraph(ppo.update_all, "the update", graphs and whole, timer), whole,
+                 step_graph(ppo.update_all, "the update", captured, captured, timer), whole,
                  ppo.policies)
+
+
+def rollout_values(p: Policy, whole):
+    """Policy `p`'s critic over its stored rollout, into its values (`whole()`); with
+    `in_play` (flat rows; a lone critic on its own observations) of those rows only: GAE
+    never reads the others from them."""
+    def run(in_play=None):
+        if in_play is None:
+            return whole()
+        p.buffer.values.view(-1).zero_().index_copy_(0, in_play, p.value_rows(in_play))
+    return run
 
 
 def no_values(p: Policy):
@@ -179,7 +196,8 @@ def compiled_step(ppo, p: Policy) -> CompiledDescent:
     def loss(params, rows, adv, returns, weights):
         def forward(*inputs):
             return torch.func.functional_call(p.model, params, inputs)
-        stats, value = ppo.loss(p, rows, adv, returns, weights, forward=one_member(forward))
+        stats, value = ppo.loss(p, rows, adv, returns, weights, EVERYONE,
+                                forward=one_member(forward))
         return value.sum(), stats
     return CompiledDescent({"model": (dict(p.model.named_parameters()), p.adam)},
                            lambda descent, *batch: descent.step("model", loss, *batch),

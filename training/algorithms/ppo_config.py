@@ -155,3 +155,16 @@ def check_for_env(config, env, population: bool):
         raise ConfigError("config key 'trainer.compile' on: a population runs uncompiled (its "
                           "members' one batched call is what compiling would buy); use auto "
                           "or off")
+
+
+def run_config(config, population: bool):
+    """The config a run goes by: a population's members run uncompiled (their one batched
+    call is what compiling would buy)."""
+    if not population:
+        return config
+    return replace(config, trainer=replace(config.trainer, compile="off"))
+
+
+def sequence_length(config) -> int:
+    """The steps a recurrent policy trains on at once (`policy.bptt_len`); 0: feed-forward."""
+    return config.policy.bptt_len if config.policy.recurrent != "none" else 0

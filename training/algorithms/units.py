@@ -14,6 +14,9 @@ solo run is a population of one), and each concept decides its own part once, he
 
 `minibatches` cuts one epoch's shuffled units into (members, units[, bptt_len]) rows and
 their weights; members whose counts differ are padded with rows of their own weighing 0.
+Which members a minibatch step trains is one object too (`learners`): every member
+(`Everyone`), or the members still learning (`Learning`: their rows picked, their
+statistics put back in place).
 """
 from __future__ import annotations
 
@@ -37,6 +40,50 @@ class Units:
 torch.utils._pytree.register_dataclass(Units)  # (a captured update copies its tensors in)
 
 
+@dataclass
+class Everyone:
+    """A minibatch step of every member (each member's rows as they are; a whole update's
+    graph runs the members no longer learning too, at rate 0)."""
+    index = None  # (the training pass and Adam: every member)
+
+    def pick(self, x):
+        return x
+
+    def put(self, stats: torch.Tensor) -> torch.Tensor:
+        return stats
+
+
+@dataclass
+class Learning:
+    """A minibatch step of the members still learning, `index` (of `count`)."""
+    index: torch.Tensor
+    count: int
+
+    def pick(self, x):
+        """The learning members' part of `x` (members leading; None stays None)."""
+        return x if x is None else x[self.index]
+
+    def put(self, stats: torch.Tensor) -> torch.Tensor:
+        """Statistics of the learning members in place among every member's (0 else)."""
+        return stats.new_zeros((self.count,) + stats.shape[1:]).index_copy_(0, self.index,
+                                                                            stats)
+
+
+EVERYONE = Everyone()
+# (a captured chunk copies the index in; its class is part of the graph's layout)
+torch.utils._pytree.register_dataclass(Everyone)
+torch.utils._pytree.register_dataclass(Learning)
+
+
+def learners(alive: list, device, whole: bool):
+    """Who a minibatch steps: everyone where the update is one graph (fixed) or where all
+    members learn, else the members `alive` marks."""
+    if whole or all(alive):
+        return EVERYONE
+    return Learning(torch.tensor([k for k, a in enumerate(alive) if a], device=device),
+                    len(alive))
+
+
 def replicas(count: int, envs: int, league_ids, device) -> list:
     """Each member's replicas: its share (member k's the k-th), or a league's learner's."""
     if league_ids is not None:
@@ -45,11 +92,15 @@ def replicas(count: int, envs: int, league_ids, device) -> list:
     return [torch.arange(k * share, (k + 1) * share, device=device) for k in range(count)]
 
 
-def make_units(shape: tuple, replicas_of: list, active, bptt_len: int, out_of_play: str,
-               num_minibatches: int, rows_valued: bool, chosen: bool) -> Units:
-    """`shape`: the buffer's (steps, envs, agents); `active`: every flat row's in-play mark
-    (None: no per-agent done); `rows_valued`: the critic can run on flat rows (one network,
-    its own observations); `chosen`: a league picks the rows (fewer than the rollout's)."""
+def make_units(buf, members: int, league_ids, per_agent_done: bool, bptt_len: int,
+               out_of_play: str, num_minibatches: int, rows_valued: bool) -> Units:
+    """Units of the rollout buffer `buf`: of `members` members' shares of the replicas, or
+    of the replicas `league_ids` where a league's policy learns (None: no league);
+    `rows_valued`: the critic can run on flat rows (one network, its own observations)."""
+    shape = tuple(buf.rewards.shape)  # (steps, envs, agents)
+    replicas_of = replicas(members, shape[1], league_ids, buf.rewards.device)
+    active = buf.active.reshape(-1) if per_agent_done else None
+    chosen = league_ids is not None  # a league picks the rows (fewer than the rollout's)
     weights = None if active is None else active.float()
     if bptt_len:  # (a population or league of recurrent policies is refused)
         return Units([sequences(shape, bptt_len, replicas_of[0].device)], weights, None)

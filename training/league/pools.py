@@ -226,11 +226,17 @@ class League:
         """The replicas policy `name` learns in (its rows alone train it)."""
         return self.matchups.learner_ids(name)
 
-    def counted(self, name: str, num_envs: int, device) -> torch.Tensor:
-        """Which replicas' episodes count as policy `name`'s own returns."""
-        mask = torch.zeros(num_envs, dtype=torch.bool, device=device)
-        mask[self.matchups.learner_ids(name)] = True
-        return mask
+    def learners(self, policies: list) -> list:
+        """(index, policy) of the policies that learn (the frozen ones never do)."""
+        return [(k, p) for k, p in enumerate(policies) if self.learns(p.name)]
+
+    def counted(self, names: list, num_envs: int, device) -> dict:
+        """Per policy, which replicas' episodes count as its own returns (where it learns)."""
+        masks = {}
+        for name in names:
+            masks[name] = torch.zeros(num_envs, dtype=torch.bool, device=device)
+            masks[name][self.matchups.learner_ids(name)] = True
+        return masks
 
     def episode_ended(self, t: int, done: torch.Tensor):
         self.outcome.after_step(t, done)
@@ -321,8 +327,11 @@ class NoLeague:
     def learns(self, name: str) -> bool:
         return True
 
-    def counted(self, name: str, num_envs: int, device):
-        return None
+    def learners(self, policies: list) -> list:
+        return list(enumerate(policies))
+
+    def counted(self, names: list, num_envs: int, device) -> dict:
+        return {}  # (every replica's episodes count)
 
     def episode_ended(self, t: int, done):
         pass
@@ -344,3 +353,8 @@ class NoLeague:
 
     def load_rank_state_dict(self, state: dict):
         pass
+
+
+def make_league(ppo):
+    """A PPO run's league (`trainer.league`), or none: PPO calls either the same way."""
+    return League(ppo) if ppo.cfg.league else NoLeague()

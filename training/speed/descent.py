@@ -53,7 +53,7 @@ import torch
 
 from gpusim.errors import describe
 
-from .graphs import StepGraph
+from .graphs import step_graph
 
 BETAS = (0.9, 0.999)
 
@@ -215,17 +215,18 @@ class MinibatchStep:
         self.loss_fn, self.adam, self.chunk, self.unit_dim = loss_fn, adam, chunk, 1
         self.no_sync, self.pad, self.whole = no_sync, pad, whole
         self.grads = [torch.zeros_like(p) for p in adam.params]
-        self.chunk_step = StepGraph(self._chunk, f"{what}'s chunk", graphs, timer)
-        self.optimizer_step = StepGraph(self._optimizer_step, f"{what}'s optimizer step",
-                                        graphs, timer)
+        self.chunk_step = step_graph(self._chunk, f"{what}'s chunk", pad, graphs, timer)
+        self.optimizer_step = step_graph(self._optimizer_step, f"{what}'s optimizer step",
+                                         pad, graphs, timer)
 
-    def __call__(self, rows, adv, returns, weights, total, members=None):
+    def __call__(self, rows, adv, returns, weights, total, members):
         """The step on `rows` (members, units[, length]) with their normalised advantages,
         returns and weights (None: every row counts), `total` the weights' sum per member
-        (None: the rows' count); only the population members `members` (indices; None:
-        all) step. Returns the minibatch's statistics, per member."""
+        (None: the rows' count); of the population members `members`
+        (training.algorithms.units.learners: their `index`, None for all). Returns the
+        minibatch's statistics, per member."""
         count = rows.shape[self.unit_dim]
-        if self.whole is not None and count <= self.chunk and members is None:
+        if self.whole is not None and count <= self.chunk and members.index is None:
             out = self.whole(rows, adv, returns, weights)
             if out is not None:
                 return out
@@ -254,15 +255,15 @@ class MinibatchStep:
         self.optimizer_step(members)
         return stats
 
-    def _chunk(self, rows, adv, returns, weights, share, members=None):
+    def _chunk(self, rows, adv, returns, weights, share, members):
         chunk_stats, loss = self.loss_fn(rows, adv, returns, weights, members)
         (loss * share).sum().backward()
         if share.dim():  # one share per member
             share = share.reshape(share.shape + (1,) * (chunk_stats.dim() - share.dim()))
         return chunk_stats * share
 
-    def _optimizer_step(self, members=None):
-        self.adam.step(self.grads, members)
+    def _optimizer_step(self, members):
+        self.adam.step(self.grads, members.index)
         torch._foreach_zero_(self.grads)
 
     def _padded(self, part: list, n: int) -> list:

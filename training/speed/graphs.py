@@ -42,6 +42,17 @@ def graphs_enabled(choice: str, device: torch.device) -> bool:
     return device.type == "cuda" and choice != "off"
 
 
+def step_graph(step, what: str, static: bool, enabled: bool, timer=None):
+    """`step` as a `StepGraph` where it is static (captured where `enabled`; the tests run
+    the static form eagerly), else `step` itself: a step never captured needs no wrapper."""
+    return StepGraph(step, what, enabled, timer) if static else step
+
+
+def graphs_of(steps) -> list:
+    """The `StepGraph`s among `steps` (the others are plain functions)."""
+    return [s for s in steps if isinstance(s, StepGraph)]
+
+
 class StepGraph:
     """`step()` eagerly once, then captured into a CUDA graph and replayed (see the module)."""
 

@@ -159,28 +159,28 @@ class PPO(Algorithm):
 
     def update_all(self, orders: dict, learning=EVERYONE) -> torch.Tensor:
         """Each learning policy's update on its units and shuffles `orders[name]`, of the
-        members `learning` (training.algorithms.units.learners): the rollout's values and
-        GAE, then `update_epochs` passes of shuffled minibatches (of rows, or of agent
-        sequences for a recurrent policy); the mean statistics, policies x members."""
-        cfg = self.cfg
+        members `learning` (training.algorithms.units.learners); the statistics, policies
+        x members."""
         for k, p in self.learners:
-            units, shuffles = orders[p.name]
-            buf = p.buffer
-            with torch.no_grad():
-                self.rollout_values(p, units.value_rows)
-                next_value = self.values(p, self.next_obs, self.critic_input.state(),
-                                         *self.recurrence.memory(p.name))
-                advantages, returns = p.gae(buf.rewards, buf.values, buf.dones,
-                                            next_value.float())
-            advantages, returns = advantages.reshape(-1), returns.reshape(-1)
-            stats = 0.0
-            for epoch in range(cfg.update_epochs):
-                for rows, weights in minibatches(units, shuffles[epoch], cfg.num_minibatches,
-                                                 p.name):
-                    stats = stats + self.minibatch_step(p, rows, weights, advantages, returns,
-                                                        learning)
-            self.update_stats[k].copy_(stats / (cfg.update_epochs * cfg.num_minibatches))
+            self.update_stats[k].copy_(self.update_policy(p, *orders[p.name], learning))
         return self.update_stats
+
+    def update_policy(self, p: Policy, units, orders: list, learning) -> torch.Tensor:
+        """The rollout's values and GAE, then `update_epochs` passes of shuffled minibatches
+        (of rows, or of agent sequences for a recurrent policy); the mean statistics."""
+        cfg, buf = self.cfg, p.buffer
+        with torch.no_grad():
+            self.rollout_values(p, units.value_rows)
+            next_value = self.values(p, self.next_obs, self.critic_input.state(),
+                                     *self.recurrence.memory(p.name))
+            advantages, returns = p.gae(buf.rewards, buf.values, buf.dones, next_value.float())
+        advantages, returns = advantages.reshape(-1), returns.reshape(-1)
+        stats = 0.0
+        for epoch in range(cfg.update_epochs):
+            for rows, weights in minibatches(units, orders[epoch], cfg.num_minibatches, p.name):
+                stats = stats + self.minibatch_step(p, rows, weights, advantages, returns,
+                                                    learning)
+        return stats / (cfg.update_epochs * cfg.num_minibatches)
 
     def rollout_values(self, p: Policy, in_play=None):
         """Every step's value, in critic calls over the stored rollout (the critic does not

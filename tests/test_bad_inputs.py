@@ -725,3 +725,26 @@ def test_a_populations_memory_checks_name_its_size(monkeypatch):
                                "(trainer.population) x 8 replicas") for what in checked), checked
     assert any(what.startswith("training the policy networks of a population of 4 "
                                "(trainer.population)") for what in checked), checked
+
+
+@pytest.mark.parametrize("members", [1, 4])
+def test_a_population_whose_replicas_do_not_fit_is_blamed_on_its_size(monkeypatch, members):
+    """The env's arrays hold every member's replicas: where they cannot fit, the one line
+    names trainer.population (a solo run's refusal is the env's own)."""
+    from gpusim.backends.base import Backend
+    from gpusim.errors import NotEnoughMemory
+    from gpusim.training.loop import Trainer
+    cls, config = population_config(members)
+
+    def refuse(self, what, n):
+        if what.startswith("the arrays of"):
+            raise NotEnoughMemory(f"{what} needs 9 GiB, 1 GiB available on cpu")
+    monkeypatch.setattr(Backend, "check_fits", refuse)
+    with pytest.raises(NotEnoughMemory) as refused:
+        Trainer(config, cls)
+    line = str(refused.value)
+    assert "\n" not in line and line.startswith(f"the arrays of {8 * members} cartpole")
+    assert ("trainer.population" in line) == (members > 1), line
+    if members > 1:
+        assert line.endswith("(a population of 4 (trainer.population) x 8 replicas): lower "
+                             "trainer.population or trainer.num_envs"), line

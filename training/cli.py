@@ -34,7 +34,8 @@ from .algorithms import ALGORITHMS
 from .config import config_reference, load_run_config, load_run_dir_config, recipe_path
 from .trained.evaluate import evaluate
 from .records.logger import CompileReport, RunLogger, new_run_dir
-from .loop import Stopped, Trainer
+from .loop import Trainer
+from .signals import Stopped
 
 # scale keys that apply without --auto_scale (multi-process runs wait this long)
 SCALE_ALWAYS = ("scale.timeout_s", "scale.collective_timeout_s")

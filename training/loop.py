@@ -17,18 +17,14 @@ differ); the algorithm keeps the ranks' models identical.
 from __future__ import annotations
 
 import collections
-import contextlib
 import itertools
 import math
-import signal
-import sys
-import threading
 import time
 
 import torch
 
 from gpusim.check.nonfinite import env_nonfinite_message
-from gpusim.errors import GpusimError, describe
+from gpusim.errors import GpusimError, NotEnoughMemory, describe
 from gpusim.scale import distributed as dist
 from gpusim.scale.device import DeviceContext
 
@@ -37,6 +33,7 @@ from .population import members as population
 from .algorithms import algorithm_class
 from .config import RunConfig
 from .score import SCORE_KEY, RunScore
+from .signals import Stopped, stop_requests
 from .timing import SectionTimer
 from .work import run_work
 
@@ -49,45 +46,6 @@ CHECKPOINT_KEYS = ("format", "iteration", "env_steps", "elapsed_s", "episodes",
 class Diverged(GpusimError):
     """A loss or a parameter became NaN or infinite: the run stops before logging it."""
     exit_code = 1  # not bad input: the run itself failed
-
-
-class Stopped(Exception):
-    """SIGINT or SIGTERM: the run stopped after an iteration, with a checkpoint of it."""
-
-    def __init__(self, iteration: int):
-        super().__init__(f"interrupted after iteration {iteration}")
-        self.iteration = iteration
-
-
-@contextlib.contextmanager
-def stop_requests(announce: bool = True):
-    """A flag that the first SIGINT or SIGTERM sets; the second stops at once.
-
-    The loop checks it after each iteration, so Ctrl-C leaves a checkpoint of
-    a whole iteration behind (only from the main thread: elsewhere signals
-    keep their handlers).
-    """
-    flag = {"requested": False}
-    if threading.current_thread() is not threading.main_thread():
-        yield flag
-        return
-    signals = (signal.SIGINT, signal.SIGTERM)
-    previous = {sig: signal.getsignal(sig) for sig in signals}
-
-    def handle(signum, frame):
-        if flag["requested"]:
-            raise KeyboardInterrupt
-        flag["requested"] = True
-        if announce:
-            print("\nstopping after this iteration, with a checkpoint "
-                  "(Ctrl-C again to stop now)", file=sys.stderr, flush=True)
-    for sig in signals:
-        signal.signal(sig, handle)
-    try:
-        yield flag
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 class Trainer:
@@ -107,9 +65,16 @@ class Trainer:
         self.rank = context.rank
         self.world_size = context.world_size
         members = population.members(t)
-        self.env = env_class(num_envs=t.num_envs * len(members), backend=context.backend,
-                             seed=t.seed, config=config.env,
-                             env_offset=context.replica_offset(t.num_envs))
+        try:
+            self.env = env_class(num_envs=t.num_envs * len(members), backend=context.backend,
+                                 seed=t.seed, config=config.env,
+                                 env_offset=context.replica_offset(t.num_envs))
+        except NotEnoughMemory as exc:  # a population's replicas: name what made them many
+            if len(members) == 1:
+                raise
+            raise NotEnoughMemory(f"{exc} (a population of {len(members)} (trainer.population) "
+                                  f"x {t.num_envs} replicas): lower trainer.population "
+                                  "or trainer.num_envs") from None
         if len(members) > 1:
             population.seed_members(self.env, members, t.num_envs)
         self.timer = SectionTimer(self.env.device)

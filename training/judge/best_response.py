@@ -17,7 +17,8 @@ from gpusim.errors import GpusimError
 from ..config import load_run_dir_config
 from .crossplay import cross_play, mean_ci, paired
 from .players import Player, Run, acting_copy
-from ..loop import Stopped, Trainer
+from ..loop import Trainer
+from ..signals import Stopped
 
 
 def train_best_response(run: Run, side: str, budget: int, log=print, warm: bool = False):

@@ -28,7 +28,7 @@ from .base import Algorithm
 from ..league.pools import make_league
 from ..noise_scale import NoiseScale
 from .ppo_build import (Policy, check_buffers_fit, choose_speed, coefficients, make_actors,
-                        make_policies)
+                        make_policies, probe)
 from .rollout import TruncationBootstrap, critic_input, mask_width, recurrence
 from .units import EVERYONE, Units, learners, make_units, minibatches
 from .ppo_config import (CPU_COMPILE_MIN_STEPS, A2CConfig, PPOConfig, check_for_env,
@@ -52,8 +52,9 @@ class PPO(Algorithm):
         self.bptt_len = sequence_length(config)
         self.mask_width = mask_width(env)
         self.state_dim = self.critic_input.state_dim
+        self.speed = choose_speed(self)  # how it runs (ppo_build), before what it runs
         check_buffers_fit(self)
-        self.policies = make_policies(self)  # (a population's networks stacked)
+        self.policies = make_policies(self)  # each whole, its passes as the speed chose
         self.league = make_league(self)
         self.learners = self.league.learners(self.policies)  # (index, policy) that learn
         self.actors = make_actors(self)
@@ -69,7 +70,7 @@ class PPO(Algorithm):
         self.update_stats = torch.zeros((len(self.policies), members.count, len(self.stats)),
                                         device=env.device)
         self.noise = NoiseScale.for_run(self)  # the gradient noise scale, where asked for
-        self.speed = choose_speed(self)  # how it runs (ppo_build)
+        probe(self)  # a compiled training pass tried now, before training
 
     # ---- the rollout ------------------------------------------------------------------
     def collect(self, env_steps: int):
@@ -250,7 +251,7 @@ class PPO(Algorithm):
                           self.cfg.out_of_play, self.cfg.num_minibatches, p.rows_valued)
 
     def warming_up(self) -> bool:
-        return any(graph.warming_up() for graph in self.speed.graphs())
+        return any(graph.warming_up() for graph in self.speed.graphs(self.policies))
 
     def compiling_pays_on_cpu(self) -> bool:
         """A run of at least CPU_COMPILE_MIN_STEPS minibatch steps, where they fuse."""
@@ -285,7 +286,7 @@ class PPO(Algorithm):
         rngs = state["shuffle_rngs"] if "shuffle_rngs" in state else [state["shuffle_rng"]]
         for generator, saved in zip(self.shuffles, rngs):
             generator.set_state(saved)
-        for graph in self.speed.graphs():
+        for graph in self.speed.graphs(self.policies):
             graph.drop()  # capture again, after the loaded state
 
     def rollout_outputs(self) -> tuple:

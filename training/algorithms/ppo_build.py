@@ -1,20 +1,23 @@
 """What a PPO run is made of, and how it runs, chosen once when it is built (ppo.py).
 
-`build`: the rollout buffers' size checked, then `make_policies`: each policy's model
+First `choose_speed`: the device's speed, in one record (`Speed`): on a CUDA device the
+rollout (`PPO.rollout`) and the whole update (`PPO.update_all`) are replayed as CUDA
+graphs where their shapes are fixed; where rows out of play are left out, the update
+runs eagerly around graphs of its fixed-size parts (the value pass's chunks, GAE, each
+minibatch's chunks and its optimizer step); elsewhere these are plain functions. A
+minibatch step runs in chunks of `max_minibatch_rows` rows, or compiled whole
+(`trainer.compile`); under DDP its chunks before the last skip the all-reduce. Then the
+rollout buffers' size checked, and `make_policies`: each `Policy` built whole: its model
 (made from the run's seed; a population's from each member's seed, as its solo run
-makes them, then stacked), its Adam and rollout buffer; the league, if any. `choose_speed`: the device's speed wrapped around PPO's plain methods, in one
-place: on a CUDA device the rollout (`PPO.rollout`) and the whole update
-(`PPO.update_all`) are replayed as CUDA graphs where their shapes are fixed; where rows
-out of play are left out, the update runs eagerly around graphs of its fixed-size
-parts (the value pass's chunks, GAE, each minibatch's chunks and its optimizer step);
-a minibatch step runs in chunks of `max_minibatch_rows` rows, or compiled whole
-(`trainer.compile`); under DDP its chunks before the last skip the all-reduce.
+makes them, then stacked), its Adam and rollout buffer, and its passes as the speed
+chose them around PPO's plain methods. Last, `probe`: a compiled training pass tried
+before training.
 """
 from __future__ import annotations
 
 import contextlib
 import functools
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass, field
 
 import torch
 
@@ -32,9 +35,50 @@ from .units import EVERYONE
 
 
 @dataclass
+class Speed:
+    """How a PPO run runs, chosen once, before its policies are built (`choose_speed`): its
+    rollout (a `StepGraph`, replayed where captured), its whole update (`PPO.update_all`, a
+    `StepGraph` where it is one captured graph: every member runs in it, those no longer
+    learning at rate 0), and what each policy's passes are (`Policy`)."""
+    rollout: StepGraph
+    update_all: object
+    whole: bool       # the whole update one graph
+    parts: bool       # else its fixed-size parts static (`StepGraph`s), the chunks padded
+    capture: bool     # static steps captured as CUDA graphs (a CUDA device)
+    chunk: int        # units (rows, or a recurrent policy's sequences) per minibatch chunk
+    fused: bool       # a minibatch step compiled whole (training.speed.descent)
+    timer: object
+
+    def collect(self, timer):
+        """A rollout (its CUDA graph replayed, once captured: one section, "rollout")."""
+        with timer("rollout") if self.rollout.graph is not None else contextlib.nullcontext():
+            self.rollout()
+
+    def graphs(self, policies: list) -> list:
+        return graphs_of([self.rollout, self.update_all]) \
+            + [g for p in policies for g in p.graphs()]
+
+
+def choose_speed(ppo) -> Speed:
+    """The speed this device allows (see the module)."""
+    env, cfg, static, graphs, timer = ppo.env, ppo.cfg, ppo.static, ppo.use_graphs, ppo.timer
+    fixed = env.agent_active_array is None or cfg.out_of_play == "weigh" or ppo.bptt_len
+    # the whole update one graph where its shapes are fixed (DDP all-reduces inside it)
+    whole = static and fixed and not ppo.distributed
+    captured = graphs and whole
+    return Speed(StepGraph(ppo.rollout, "the rollout", graphs, timer),
+                 step_graph(ppo.update_all, "the update", captured, captured, timer), whole,
+                 parts=static and not whole and not ppo.distributed, capture=graphs,
+                 chunk=max(1, cfg.max_minibatch_rows // max(1, ppo.bptt_len)),
+                 fused=ppo.use_compile and not ppo.distributed and not ppo.bptt_len,
+                 timer=timer)
+
+
+@dataclass
 class Policy:
     """One policy: its space, agents, model (stacked for a population), Adam, buffer, and
-    how its passes run."""
+    how its passes run: made whole from the PPO run `ppo` it belongs to, as its speed
+    (`ppo.speed`, chosen first) says."""
     name: str
     spec: object             # its gpusim.spaces.PolicySpec
     agents: object           # a slice when the ids are contiguous (a view), else an index tensor
@@ -42,14 +86,41 @@ class Policy:
     adam: Adam
     buffer: PolicyBuffer
     train_model: torch.nn.Module  # the model, or its DistributedDataParallel wrapper
-    value: object = None     # critic input -> value, for rollouts
-    forward: object = None   # the training pass: (obs, actions, mask, critic_obs, members=)
-                             # -> (log-prob, entropy, value), each leading with the members
-    rows_valued: bool = False  # whether the critic runs on flat buffer rows (`value_rows`)
-    rollout_values: object = None  # the critic over the stored rollout, into its values
-    step: object = None      # one minibatch step (training.speed.descent)
-    value_rows: object = None  # the critic on flat buffer rows, in fixed-size chunks
-    gae: object = None       # losses.gae with this run's gamma and lambda
+    ppo: InitVar[object]
+    value: object = field(init=False)  # critic input -> value, for rollouts
+    train_pass: MaybeCompiled = field(init=False)  # the train model, compiled where asked
+    forward: object = field(init=False)  # the training pass: (obs, actions, mask,
+    #   critic_obs, members=) -> (log-prob, entropy, value), each leading with the members
+    rows_valued: bool = field(init=False)  # whether the critic runs on flat buffer rows
+    rollout_values: object = field(init=False)  # the critic over the stored rollout
+    gae: object = field(init=False)  # losses.gae with this run's gamma and lambda
+    value_rows: FixedChunks = field(init=False)  # the critic on flat buffer rows, in chunks
+    step: MinibatchStep = field(init=False)  # one minibatch step (training.speed.descent)
+
+    def __post_init__(self, ppo):
+        speed, solo, what = ppo.speed, ppo.members.solo, f"policy {self.name!r}"
+        self.value = MaybeCompiled(self.model.value, f"{what} (value)", ppo.compile_acting)
+        self.train_pass = MaybeCompiled(self.train_model, f"{what} (update)",
+                                        ppo.use_compile and not speed.fused)
+        # a lone network is a population of one; stacked ones take the member dim
+        self.forward = one_member(self.train_pass) if solo else self.model.training_pass
+        self.rows_valued = solo and not ppo.central  # the critic runs on flat buffer rows
+        self.rollout_values = rollout_values(self, functools.partial(
+            ppo.values_by_members if not solo else
+            ppo.values_by_steps if not ppo.bptt_len else no_values, self))
+        gamma = ppo.config.trainer.gamma
+        self.gae = step_graph(lambda r, v, d, n: losses.gae(r, v, d, n, gamma, ppo.lam),
+                              f"{what}'s GAE", speed.parts, speed.capture and speed.parts,
+                              speed.timer)
+        self.value_rows = FixedChunks(
+            lambda rows: ppo.critic(self, take(self.buffer.flat("obs"), rows), None),
+            ppo.cfg.max_minibatch_rows, f"{what}'s value chunk", speed.parts, speed.capture,
+            speed.timer)
+        self.step = MinibatchStep(ppo.loss_of(self), self.adam, speed.chunk,
+                                  no_sync=self.train_model.no_sync if ppo.distributed else None,
+                                  pad=speed.parts, graphs=speed.capture and speed.parts,
+                                  what=f"{what}'s minibatch", timer=speed.timer,
+                                  whole=compiled_step(ppo, self) if speed.fused else None)
 
     @property
     def continuous(self) -> bool:
@@ -91,6 +162,7 @@ def coefficients(members, num_envs: int) -> tuple:
 
 
 def make_policies(ppo) -> list:
+    """Each policy, built whole (`Policy`): a population's networks stacked."""
     env, config, t, members = ppo.env, ppo.config, ppo.config.trainer, ppo.members
     nets, noise = [], []
     for member in members.list if not members.solo else ():
@@ -112,67 +184,8 @@ def make_policies(ppo) -> list:
                               ppo.mask_width, getattr(model, "state_size", 0),
                               max(1, ppo.bptt_len))
         policies.append(Policy(name, spec, ppo.agents[name], model, adam, buffer,
-                               wrap(model, ppo.distributed, env.device)))
+                               wrap(model, ppo.distributed, env.device), ppo))
     return policies
-
-
-@dataclass
-class Speed:
-    """How a PPO run runs, chosen once (`choose_speed`): its rollout (a `StepGraph`,
-    replayed where captured), and its whole update (`PPO.update_all`, a `StepGraph` where
-    it is one captured graph: every member runs in it, those no longer learning at rate 0);
-    each policy's parts its own."""
-    rollout: StepGraph
-    update_all: object
-    whole: bool               # the whole update one graph
-    policies: list
-
-    def collect(self, timer):
-        """A rollout (its CUDA graph replayed, once captured: one section, "rollout")."""
-        with timer("rollout") if self.rollout.graph is not None else contextlib.nullcontext():
-            self.rollout()
-
-    def graphs(self) -> list:
-        return graphs_of([self.rollout, self.update_all]) \
-            + [g for p in self.policies for g in p.graphs()]
-
-
-def choose_speed(ppo) -> Speed:
-    """Wrap PPO's methods in the speed this device allows (see the module)."""
-    env, cfg, t = ppo.env, ppo.cfg, ppo.config.trainer
-    static, graphs, timer, solo = ppo.static, ppo.use_graphs, ppo.timer, ppo.members.solo
-    fixed = env.agent_active_array is None or cfg.out_of_play == "weigh" or ppo.bptt_len
-    # the whole update one graph where its shapes are fixed (DDP all-reduces inside it)
-    whole = static and fixed and not ppo.distributed
-    parts = static and not whole and not ppo.distributed  # else its parts
-    chunk = max(1, cfg.max_minibatch_rows // max(1, ppo.bptt_len))  # units per chunk
-    fused = ppo.use_compile and not ppo.distributed and not ppo.bptt_len
-    for p in ppo.policies:
-        what = f"policy {p.name!r}"
-        p.value = MaybeCompiled(p.model.value, f"{what} (value)", ppo.compile_acting)
-        train = MaybeCompiled(p.train_model, f"{what} (update)", ppo.use_compile and not fused)
-        # a lone network is a population of one; stacked ones take the member dim
-        p.forward = one_member(train) if solo else p.model.training_pass
-        p.rows_valued = solo and not ppo.central  # the critic runs on flat buffer rows
-        p.rollout_values = rollout_values(p, functools.partial(
-            ppo.values_by_members if not solo else
-            ppo.values_by_steps if not ppo.bptt_len else no_values, p))
-        p.gae = step_graph(lambda r, v, d, n: losses.gae(r, v, d, n, t.gamma, ppo.lam),
-                           f"{what}'s GAE", parts, graphs and parts, timer)
-        p.value_rows = FixedChunks(
-            lambda rows, p=p: ppo.critic(p, take(p.buffer.flat("obs"), rows), None),
-            cfg.max_minibatch_rows, f"{what}'s value chunk", parts, graphs, timer)
-        p.step = MinibatchStep(ppo.loss_of(p), p.adam, chunk,
-                               no_sync=p.train_model.no_sync if ppo.distributed else None,
-                               pad=parts, graphs=graphs and parts,
-                               what=f"{what}'s minibatch", timer=timer,
-                               whole=compiled_step(ppo, p) if fused else None)
-        if train.active:
-            probe(ppo, p, train)
-    captured = graphs and whole
-    return Speed(StepGraph(ppo.rollout, "the rollout", graphs, timer),
-                 step_graph(ppo.update_all, "the update", captured, captured, timer), whole,
-                 ppo.policies)
 
 
 def rollout_values(p: Policy, whole):
@@ -205,9 +218,17 @@ def compiled_step(ppo, p: Policy) -> CompiledDescent:
                            dynamic=ppo.env.agent_active_array is not None)  # rows vary
 
 
-def probe(ppo, p: Policy, train: MaybeCompiled):
-    """Compile the update's forward and backward now, so a compiler failure falls back
-    before training (a backward compiled lazily could not fall back later)."""
+def probe(ppo):
+    """Compile each policy's update forward and backward now, so a compiler failure falls
+    back before training (a backward compiled lazily could not fall back later)."""
+    for p in ppo.policies:
+        if p.train_pass.active:
+            probe_policy(ppo, p)
+
+
+def probe_policy(ppo, p: Policy):
+    """`probe` of policy `p`."""
+    train = p.train_pass
     rows = torch.arange(min(8, p.buffer.rewards.numel()), device=ppo.env.device)
     inputs = ppo.gather(p.buffer, rows[:, None] if ppo.bptt_len else rows)["inputs"]
     no_sync = p.train_model.no_sync() if ppo.distributed else contextlib.nullcontext()

@@ -63,6 +63,10 @@ CASES = {
                        + OFF_POLICY, 256),
     "ddpg population": ("pendulum", ["trainer.algorithm=ddpg", "trainer.population=2"]
                         + OFF_POLICY, 256),
+    # a snapshot every update into pools of 2: by the 4th iteration each pool has evicted
+    "ppo league": ("tag_continuous", TAG + [
+        "trainer.league=true", "trainer.league_snapshot_every=1", "trainer.league_capacity=2",
+        "trainer.num_envs=8", "trainer.rollout_len=50"], 1600),
 }
 SKIPPED = ("time", "env_steps_per_s", "time_share")
 

@@ -24,18 +24,18 @@ from gpusim.scale import distributed
 from gpusim.scale.device import DeviceContext
 from gpusim.scripted import scripted_policies
 
-from .records import checkpoint
-from .trained import member_runs as members
-from .population import members as population
-from .speed.acceleration import resolve_precision
+from .algorithms import ALGORITHMS
 from .arguments import ArgumentParser
 from .autoscale.search import auto_scale
-from .algorithms import ALGORITHMS
 from .config import config_reference, load_run_config, load_run_dir_config, recipe_path
-from .trained.evaluate import evaluate
-from .records.logger import CompileReport, RunLogger, new_run_dir
 from .loop import Trainer
+from .population import members as population
+from .records import checkpoint
+from .records.logger import CompileReport, RunLogger, new_run_dir
 from .signals import Stopped
+from .speed.acceleration import resolve_precision
+from .trained import member_runs as members
+from .trained.evaluate import evaluate
 
 # scale keys that apply without --auto_scale (multi-process runs wait this long)
 SCALE_ALWAYS = ("scale.timeout_s", "scale.collective_timeout_s")

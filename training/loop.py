@@ -28,10 +28,10 @@ from gpusim.errors import GpusimError, NotEnoughMemory, describe
 from gpusim.scale import distributed as dist
 from gpusim.scale.device import DeviceContext
 
-from .records import checkpoint
-from .population import members as population
 from .algorithms import algorithm_class
 from .config import RunConfig
+from .population import members as population
+from .records import checkpoint
 from .score import SCORE_KEY, RunScore
 from .signals import Stopped, stop_requests
 from .timing import SectionTimer

@@ -17,8 +17,8 @@ import torch
 from gpusim.errors import GpusimError, describe
 from gpusim.spaces import agent_index
 
-from ..speed.acceleration import compile_enabled, resolve_precision, use_disk_cache
 from ..episodes import EpisodeTracker
+from ..speed.acceleration import compile_enabled, resolve_precision, use_disk_cache
 from ..speed.graphs import graphs_enabled
 from ..population.members import (finite_members, restore_member, size as population_size,
                                   stacked_state)

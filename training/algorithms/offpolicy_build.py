@@ -17,12 +17,12 @@ import functools
 
 import torch
 
-from ..speed.acceleration import MaybeCompiled
 from ..actors import Actors
 from ..collectives import LOCAL, TorchCollectives
+from ..replay import ReplayBuffer
+from ..speed.acceleration import MaybeCompiled
 from ..speed.descent import Adam, CompiledDescent, EagerDescent
 from ..speed.graphs import StepGraph
-from ..replay import ReplayBuffer
 from .offpolicy_members import MembersStep, build_members
 from .offpolicy_networks import OffPolicyGroup, Optimizers
 

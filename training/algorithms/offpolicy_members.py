@@ -24,10 +24,10 @@ from types import SimpleNamespace
 import torch
 
 from ..actors import Actors, UniformPolicy
-from ..speed.descent import Adam, adam_update
 from ..population.members import member_config, noise_generator
-from ..replay import Batch, ReplayBuffer
 from ..population.stacked import StackedPolicy
+from ..replay import Batch, ReplayBuffer
+from ..speed.descent import Adam, adam_update
 from .offpolicy_networks import NetsOn, OffPolicyGroup, Optimizers
 
 ADAM_EPS = 1e-8  # training.speed.descent.Adam's default, a solo run's

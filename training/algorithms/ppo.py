@@ -22,11 +22,11 @@ from __future__ import annotations
 import torch
 
 from .. import losses
+from ..league.pools import make_league
 from ..models import make_model
+from ..noise_scale import NoiseScale
 from ..population.members import Members
 from .base import Algorithm
-from ..league.pools import make_league
-from ..noise_scale import NoiseScale
 from .ppo_build import (Policy, check_buffers_fit, choose_speed, coefficients, make_actors,
                         make_policies, probe)
 from .rollout import TruncationBootstrap, critic_input, mask_width, recurrence

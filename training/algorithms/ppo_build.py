@@ -22,14 +22,14 @@ from dataclasses import InitVar, dataclass, field
 import torch
 
 from .. import losses
-from ..losses import take
-from ..speed.acceleration import MaybeCompiled
 from ..actors import Actors
-from ..speed.descent import Adam, CompiledDescent, MinibatchStep
-from ..speed.graphs import FixedChunks, StepGraph, graphs_of, step_graph
+from ..losses import take
 from ..models import make_model
 from ..population.members import noise_generator
 from ..population.stacked import StackedPolicy, one_member
+from ..speed.acceleration import MaybeCompiled
+from ..speed.descent import Adam, CompiledDescent, MinibatchStep
+from ..speed.graphs import FixedChunks, StepGraph, graphs_of, step_graph
 from .rollout import PolicyBuffer, buffer_bytes
 from .units import EVERYONE
 

@@ -15,10 +15,10 @@ import time
 from gpusim.errors import GpusimError
 
 from ..config import load_run_dir_config
-from .crossplay import cross_play, mean_ci, paired
-from .players import Player, Run, acting_copy
 from ..loop import Trainer
 from ..signals import Stopped
+from .crossplay import cross_play, mean_ci, paired
+from .players import Player, Run, acting_copy
 
 
 def train_best_response(run: Run, side: str, budget: int, log=print, warm: bool = False):

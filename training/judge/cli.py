@@ -31,12 +31,12 @@ from gpusim.errors import GpusimError, writing
 from gpusim.scale.device import DeviceContext
 from gpusim.scale.threads import Work
 
+from ..arguments import ArgumentParser, int_in
+from ..work import run_work
 from . import best_response as br
 from . import ratings, transitivity
-from ..arguments import ArgumentParser, int_in
 from .crossplay import OUTCOME, batches, cross_play, mean_ci
 from .players import check_alike, league_players, open_run, panel_players, run_players
-from ..work import run_work
 
 COLUMN = 15
 

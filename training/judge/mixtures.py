@@ -15,8 +15,8 @@ import torch
 from gpusim.envs import make
 from gpusim.errors import GpusimError
 
-from ..records import snapshots
 from ..league.pools import Pool
+from ..records import snapshots
 from .players import Run, acting_copy
 
 OPPONENT_RULES = ("uniform", "pfsp", "latest")  # as trainer.league_opponents draws

@@ -22,10 +22,10 @@ from gpusim.config import to_dict
 from gpusim.errors import GpusimError
 from gpusim.scripted import scripted_policies
 
-from ..records import checkpoint, snapshots
-from ..trained import policies as trained
 from ..config import load_run_dir_config
 from ..population.stacked import StackedPolicy, flat_name
+from ..records import checkpoint, snapshots
+from ..trained import policies as trained
 
 STACKABLE = ("ppo", "a2c")  # their actor-critics take a leading player dim (members_lead)
 

@@ -34,9 +34,9 @@ import torch
 
 from gpusim.errors import GpusimError
 
+from ..population.stacked import StackedPolicy, check_stack_fits
 from .acting import LeagueActor
 from .outcome import LeagueOutcome
-from ..population.stacked import StackedPolicy, check_stack_fits
 
 DECAY = 0.98  # per update: how fast a snapshot's win statistics forget older games
 

@@ -38,11 +38,11 @@ import torch
 from gpusim.errors import GpusimError, writing
 from gpusim.scripted import scripted_policies
 
-from . import member_runs as members
-from . import policies as trained
 from ..actors import Actors
 from ..arguments import ArgumentParser, int_in
 from ..config import load_run_dir_config
+from . import member_runs as members
+from . import policies as trained
 
 Z95 = 1.96  # normal quantile of a two-sided 95% interval
 

@@ -13,11 +13,11 @@ from pathlib import Path
 
 from gpusim.errors import GpusimError, writing
 
-from . import member_runs as members
-from ..records import metrics
-from ..population import members as population
 from ..arguments import ArgumentParser
 from ..config import load_run_dir_config
+from ..population import members as population
+from ..records import metrics
+from . import member_runs as members
 
 
 def read_metrics(run_dir: Path) -> list:

@@ -24,11 +24,11 @@ from torch import nn
 
 from gpusim.errors import GpusimError, describe
 
-from ..records import checkpoint
-from . import member_runs as members
-from ..population import members as population
 from ..algorithms import algorithm_class
 from ..config import load_run_dir_config
+from ..population import members as population
+from ..records import checkpoint
+from . import member_runs as members
 
 # Submodules and parameters that training needs and acting does not: the critics (of
 # every algorithm), the off-policy target copies and SAC's log-alpha.

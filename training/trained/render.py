@@ -18,9 +18,9 @@ import torch
 
 from gpusim.envs import env_class
 from gpusim.errors import GpusimError, writing
+from ..actors import Actors
 from ..arguments import ArgumentParser, int_in, output_file
 from ..config import load_run_dir_config
-from ..actors import Actors
 from .evaluate import load_policies
 
 ANIMATIONS = (".gif", ".mp4")

@@ -228,7 +228,6 @@ def test_parse_size_rejects(text):
         parse_size(text)
 
 
-@pytest.mark.slow
 def auto_scaled(tmp_path, capsys, *argv) -> tuple:
     """(saved config, its auto-scale report, stdout) of a real `--auto_scale` run."""
     from gpusim.train import main
@@ -241,6 +240,7 @@ def auto_scaled(tmp_path, capsys, *argv) -> tuple:
     return config, config["auto_scale_report"], out
 
 
+@pytest.mark.slow
 def test_memory_objective_picks_fit_and_next_step_up_does_not(tmp_path, capsys):
     """A real `--auto_scale` (objective memory) on tag_continuous under a small budget."""
     config, report, out = auto_scaled(

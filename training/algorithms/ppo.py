@@ -7,7 +7,8 @@ epochs of shuffled minibatches); one minibatch step (advantages normalised over 
 minibatch; the clipped surrogate, value loss and entropy bonus of losses.py; a clipped
 Adam step); checkpoints. Its config is ppo_config.py. How fast it runs is chosen once,
 when it is built (ppo_build.py: CUDA graphs, chunks, torch.compile), and wrapped around
-these same methods: nothing here asks how it is run.
+these same methods: the rollout, the update and the loss never ask how they are run (the
+speed's own questions, `warming_up` and `compiling_pays_on_cpu`, are answered apart).
 
 Each policy has its own model, Adam and buffer; its model runs on all of its agents in
 every replica in one call. The critic sees the agent's own observation (IPPO) or the

@@ -78,7 +78,6 @@ def test_monitor_keeps_ended_episodes_in_order_without_host_reads():
 def test_tag_runs_show_the_score_and_stop_at_its_target(tmp_path):
     code, rows = train(tmp_path, "--env", "tag_continuous", "--total_steps", "4000",
                        *SMALL_TAG, "--set", "trainer.score_window=4",
-                       "--set", "trainer.score_share=1.0",
                        "--set", "trainer.target_score=1000")  # lower is better: any score
     assert code == 0
     key = "score/runner_steps_survived/tagger"
@@ -92,7 +91,7 @@ def test_tag_runs_show_the_score_and_stop_at_its_target(tmp_path):
 def test_the_runner_side_improves_upward(tmp_path):
     code, rows = train(tmp_path, "--env", "tag_continuous", "--total_steps", "640",
                        *SMALL_TAG, "--set", "trainer.score_policy=runner",
-                       "--set", "trainer.score_window=2", "--set", "trainer.score_share=1.0",
+                       "--set", "trainer.score_window=2",
                        "--set", "trainer.target_score=1000")  # higher is better: unreachable
     assert code == 0
     assert rows[-1]["env_steps"] == 640 and rows[-1]["score/runner_steps_survived/runner"]
@@ -110,7 +109,10 @@ def test_an_env_without_a_score_is_scored_by_its_return(tmp_path):
     (["--env", "cartpole", "--set", "trainer.score_policy=agent"], "names none"),
     (["--env", "tag_continuous", "--set", "trainer.score_policy=seeker"],
      "must name a side of env tag_continuous's score"),
-    (["--env", "cartpole", "--set", "trainer.score_share=0"], "trainer.score_share"),
+    (["--env", "tag_continuous", "--set", "trainer.score_every=0"], "trainer.score_every"),
+    (["--env", "cartpole", "--set", "trainer.score_opponents=scripted"], "names none"),
+    (["--env", "tag_continuous", "--set", "trainer.score_envs=0"],
+     "'trainer.target_score' is measured on tag_continuous's score"),
     (["--env", "cartpole", "--set", "trainer.noise_scale_every=-1"], "noise_scale_every"),
     (["--env", "cartpole", "--auto_scale", "--set", "scale.noise_scale=0"], "noise_scale"),
 ])
@@ -124,7 +126,7 @@ def test_score_inputs_refused_in_one_line(argv, message, tmp_path, capsys):
 def test_a_checkpoint_keeps_the_scores_window(tmp_path):
     from gpusim.train import main
     code, rows = train(tmp_path, "--env", "tag_continuous", "--total_steps", "640",
-                       *SMALL_TAG, "--set", "trainer.score_share=1.0")
+                       *SMALL_TAG)
     (run_dir,) = tmp_path.iterdir()
     assert main(["--resume", str(run_dir), "--total_steps", "960", "--quiet"]) == 0
     resumed = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -278,3 +280,63 @@ def test_quickest_measures_the_start_and_the_near_ones_again():
     out = quickest(first.get, lambda v, r: 1e5 / r, 16, 64, again=again)
     assert calls == [8, 16]  # the quickest and the start, once each
     assert out.rates[16] == 1600 and out.pick == 16
+
+
+# ---- the score's pace: counted, so a seed gives one run ---------------------------------
+TIMED = ("time_s", "env_steps_per_s", "time_share/")
+
+
+def untimed(rows):
+    return [{k: v for k, v in row.items() if not k.startswith(TIMED)} for row in rows]
+
+
+def test_a_resumed_run_logs_the_rows_of_one_never_stopped(tmp_path):
+    """Killed after its checkpoint of iteration 4 (the later ones lost), resumed: every
+    row from there on, score rows included, is the uninterrupted run's."""
+    import shutil
+    from gpusim.train import main
+    whole = tmp_path / "whole"
+    argv = ["--env", "tag_continuous", "--total_steps", "384", *SMALL_TAG,
+            "--set", "trainer.score_window=2", "--set", "trainer.checkpoint_every=4",
+            "--set", "trainer.score_opponents=scripted"]
+    code, rows = train(whole, *argv)
+    assert code == 0 and len(rows) == 12
+    assert sum(r["score/runner_steps_survived/tagger"] is not None for r in rows) >= 6
+    (run_dir,) = whole.iterdir()
+    killed = tmp_path / "killed"
+    shutil.copytree(run_dir, killed)
+    for late in (killed / "checkpoints").glob("checkpoint_0000[0-9][0-9].pt"):
+        if int(late.stem.split("_")[1]) > 4:
+            late.unlink()
+    assert main(["--resume", str(killed), "--quiet"]) == 0
+    resumed = [json.loads(line) for line in (killed / "metrics.jsonl").read_text().splitlines()]
+    assert untimed(resumed) == untimed(rows)
+
+
+def test_the_score_pace_is_counted_in_iterations(tmp_path):
+    """score_every 3: a chunk at iterations 0, 3, 6, ...; the same seed, the same rows."""
+    argv = ["--env", "tag_continuous", "--total_steps", "256", *SMALL_TAG,
+            "--set", "trainer.score_window=1", "--set", "trainer.score_every=3"]
+    code, rows = train(tmp_path / "a", *argv)
+    assert code == 0
+    grew = [r["iteration"] for r, before in zip(rows, [{"score_episodes": 0}] + rows)
+            if r["score_episodes"] > before["score_episodes"]]
+    assert grew and all((i - 1) % 3 == 0 for i in grew)  # (rows count iterations from 1)
+    again = train(tmp_path / "b", *argv)[1]
+    assert untimed(again) == untimed(rows)
+
+
+def test_scripted_opponents_play_the_score_replicas():
+    from gpusim.envs import env_class
+    from gpusim.envs.tag_continuous.scripted import Chaser, Fleer
+    from gpusim.training.config import load_run_config
+    from gpusim.training.loop import Trainer
+    cls = env_class("tag_continuous")
+    sets = [item for item in SMALL_TAG if item != "--set"] + ["trainer.backend=cpu"]
+    for side, opponent in (("tagger", Fleer), ("runner", Chaser)):
+        config = load_run_config("tag_continuous", cls, sets=sets + [
+            f"trainer.score_policy={side}", "trainer.score_opponents=scripted"])
+        monitor = Trainer(config, cls).score.monitor
+        (other,) = [name for name in ("tagger", "runner") if name != side]
+        assert isinstance(monitor.actors.policies[other], opponent)
+        assert not isinstance(monitor.actors.policies[side], (Chaser, Fleer))

@@ -27,6 +27,7 @@ from .speed.graphs import MODES as GRAPH_MODES
 ACTIVATIONS = ("tanh", "relu")
 RECURRENT = ("none", "gru", "lstm")
 CRITICS = ("local", "central")
+SCORE_OPPONENTS = ("random", "scripted")
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,10 @@ class TrainerConfig:
                                         # names no score: every policy's return, as above
     score_envs: int = 8            # evaluation replicas for an env's score (gpusim.score),
                                    # stepped beside training; 0: no score measured
-    score_share: float = 0.1       # at most this share of the run's time goes to them
+    score_every: int = 1           # iterations between their chunks of rollout_len steps
+                                   # (counted, not timed: a seed gives the same run anywhere)
+    score_opponents: str = "random"  # what the sides the score does not train play there:
+                                     # random | scripted (the env's scripted policies)
     score_window: int = 32         # the score: the mean of its last this many episodes
     score_policy: str | None = None  # the side an env's score trains (tag_continuous: tagger
                                      # or runner); None: the env's first
@@ -100,7 +104,9 @@ class TrainerConfig:
         require(0 <= self.gamma <= 1, "trainer.gamma", "must lie in [0, 1]")
         require(self.torch_threads >= 0, "trainer.torch_threads", "must be >= 0")
         require(self.score_envs >= 0, "trainer.score_envs", "must be >= 0")
-        require(0 < self.score_share <= 1, "trainer.score_share", "must lie in (0, 1]")
+        require(self.score_every >= 1, "trainer.score_every", "must be at least 1")
+        require(self.score_opponents in SCORE_OPPONENTS, "trainer.score_opponents",
+                f"must be one of {SCORE_OPPONENTS}")
         require(self.score_window >= 1, "trainer.score_window", "must be at least 1")
         require(self.seeds_per_setting >= 1, "trainer.seeds_per_setting", "must be at least 1")
         require(isinstance(self.population, dict) or self.seeds_per_setting == 1,

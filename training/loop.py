@@ -128,7 +128,7 @@ class Trainer:
         stats = self.iterate(lr)
         finished = self.algorithm.episodes.finished()  # one host read per iteration
         if self.score is not None:
-            finished[SCORE_KEY] = self.score.play(self.elapsed_s + time.perf_counter() - start)
+            finished[SCORE_KEY] = self.score.play(self.iteration)
         stats, stopping = self._share(finished, stats, stop_requested)
         self._check_finite(stats)  # before anything of this iteration is kept
         seconds = time.perf_counter() - start

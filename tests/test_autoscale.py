@@ -141,24 +141,6 @@ def test_searcher_bounds_the_next_size_by_the_memory_measured():
     assert searcher.largest_fitting() == 190   # a failure adds no measurement
 
 
-def test_rollout_respects_the_learning_floor_and_the_time_limit():
-    from gpusim.envs import env_class
-    from gpusim.training.autoscale.search import rollout_floor
-    from gpusim.training.config import load_run_config
-    cls = env_class("tag_continuous")
-
-    def floor(rollout_len, time_limit, **scale):
-        config = load_run_config("tag_continuous", cls, overrides={
-            "trainer.rollout_len": rollout_len, **{f"scale.{k}": v for k, v in scale.items()}})
-        return rollout_floor(config, time_limit)
-    assert floor(8, 500) == 32               # raised to scale.min_rollout_len
-    assert floor(64, 500) == 64              # the config's, when above the floor
-    assert floor(8, 20) == 20                # the floor is capped at the episode length
-    assert floor(8, None) == 32              # no declared time limit
-    assert floor(8, 500, min_rollout_len=16) == 16
-    assert floor(200, 500, max_rollout_len=128) == 128
-
-
 class FakeBackend:
     """The cpu backend's classification, with a counter of clean-ups."""
 
@@ -396,30 +378,6 @@ def test_search_starts_at_the_config_and_trials_compile_nothing_new():
     assert any(line.startswith("search 1 stopped: ") for line in lines)
 
 
-def test_a_larger_pick_keeps_the_iterations_and_gradient_steps():
-    """Minibatches grow with the batch (up to scale.minibatch_rows, a chunk each), and
-    total_steps with it, so the run has the recipe's iterations, unless it was given."""
-    from gpusim.scale.device import DeviceContext
-    from gpusim.training.autoscale.search import AutoScale, following_batch, with_sizes
-    cls, config = tiny_tag(**{"trainer.num_minibatches": 2, "trainer.max_minibatch_rows": 64})
-    grown = following_batch(with_sizes(config, num_envs=16 * 4096), config, agents=6)
-    rows = 16 * 4096 * 8 * 6
-    assert grown.algo.num_minibatches == -(-rows // 2**20) == 3  # at most scale.minibatch_rows
-    assert grown.algo.max_minibatch_rows == -(-rows // grown.algo.num_minibatches)
-    same = following_batch(with_sizes(config, num_envs=8), config, agents=6)
-    assert same.algo.num_minibatches == 2  # 384 rows a minibatch: the recipe's two steps
-    assert same.algo.max_minibatch_rows == 192
-    context = DeviceContext()
-    context.bind("cpu", quiet=True)
-    scale = AutoScale(config, cls, context, log=lambda *a: None)
-    budgeted = scale.budgeted(same)
-    assert budgeted.trainer.total_steps == config.trainer.num_iterations() * 8 * 8
-    assert budgeted.trainer.num_iterations() == config.trainer.num_iterations()
-    assert scale.budgeted(config).trainer.total_steps == 10_000  # the config as it was
-    scale.keep_total_steps = True
-    assert scale.budgeted(same).trainer.total_steps == 10_000
-
-
 class CudaAPIError(Exception):
     """Stands in for numba's launch error (matched by class name and code)."""
 
@@ -456,7 +414,11 @@ def test_time_to_score_objective_sizes_the_run_and_its_budget(tmp_path, capsys):
     assert config["trainer"]["num_envs"] == report["num_envs"]
     assert set(report["predicted_s"]) >= {32}
     assert "predicted" in out and "to the score" in out
-    picked = report["num_envs"] * 64 / config["trainer"]["num_minibatches"]
-    base = 32 * 64 / 4
-    assert config["trainer"]["total_steps"] == int(499712 * (1 + picked / 2000)
-                                                   / (1 + base / 2000))
+    # the budget keeps the recipe's iterations past the floor (training.replicas)
+    from gpusim.envs import env_class
+    from gpusim.training.config import load_run_config
+    from gpusim.training.replicas import follow
+    recipe = load_run_config("cartpole", env_class("cartpole"),
+                             sets=["trainer.target_return=30"])
+    assert config["trainer"]["total_steps"] == \
+        follow(recipe, report["num_envs"]).config.trainer.total_steps

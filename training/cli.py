@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from gpusim.backends import BACKEND_NAMES, check_process_count, set_compile_reporter
@@ -24,6 +25,7 @@ from gpusim.scale import distributed
 from gpusim.scale.device import DeviceContext
 from gpusim.scripted import scripted_policies
 
+from . import replicas
 from .algorithms import ALGORITHMS
 from .arguments import ArgumentParser
 from .autoscale.search import auto_scale
@@ -37,8 +39,10 @@ from .speed.acceleration import resolve_precision
 from .trained import member_runs as members
 from .trained.evaluate import evaluate
 
-# scale keys that apply without --auto_scale (multi-process runs wait this long)
+# scale keys that apply without --auto_scale (multi-process runs wait this long), and
+# those that apply with --num_envs (the replica rule's floor)
 SCALE_ALWAYS = ("scale.timeout_s", "scale.collective_timeout_s")
+SCALE_WITH_NUM_ENVS = ("scale.min_rollout_len",)
 FLAG_KEYS = {"algorithm": "trainer.algorithm", "backend": "trainer.backend", "num_envs": "trainer.num_envs",
              "rollout_len": "trainer.rollout_len", "total_steps": "trainer.total_steps",
              "seed": "trainer.seed", "memory_budget": "scale.memory_budget"}
@@ -105,13 +109,39 @@ def resolve_config(args):
                           "as a run directory's config.yaml has)")
     cls = env_class(name)
     path = args.config or recipe_path(cls, args.algorithm)
+    num_envs = overrides.pop("trainer.num_envs", None)
+    if num_envs is not None and "trainer.num_envs" in given_keys(args, flags=False):
+        raise GpusimError("--num_envs resizes the recipe (what follows the replicas comes "
+                          "with them) and --set trainer.num_envs sets the key alone: give one")
     config = load_run_config(name, cls, path=path, overrides=overrides, sets=args.set)
+    if num_envs is not None:  # what follows the replica count comes with them
+        config = with_replicas(config, num_envs, given_keys(args))
+    applying = SCALE_ALWAYS + (SCALE_WITH_NUM_ENVS if num_envs is not None else ())
     searched = [item.partition("=")[0].strip() for item in args.set
-                if item.strip().startswith("scale.") and not item.strip().startswith(SCALE_ALWAYS)]
+                if item.strip().startswith("scale.") and not item.strip().startswith(applying)]
     if searched and not args.auto_scale:  # it would do nothing in this run
-        raise GpusimError(f"config key '{searched[0]}' sets the --auto_scale search; add "
-                          "--auto_scale (or drop it)")
+        raise GpusimError(f"config key '{searched[0]}' sets the --auto_scale search"
+                          + (" and the --num_envs rule" if searched[0] in SCALE_WITH_NUM_ENVS
+                             else "") + "; add --auto_scale (or drop it)")
     return cls, config
+
+
+def given_keys(args, flags: bool = True) -> frozenset:
+    """The dotted config keys the command line set (its flags, unless `flags` is False,
+    and --set)."""
+    keys = {item.partition("=")[0].strip() for item in args.set}
+    if flags:
+        keys |= {key for flag, key in FLAG_KEYS.items() if getattr(args, flag) is not None}
+    return frozenset(keys)
+
+
+def with_replicas(config, num_envs: int, given: frozenset):
+    """`--num_envs N`: the config at N replicas, with what follows them (training.replicas),
+    kept in the run's config.yaml (`replica_rule`; rank 0 prints its line)."""
+    followed = replicas.follow(config, num_envs, given)
+    if num_envs == config.trainer.num_envs:
+        return followed.config
+    return replace(followed.config, replica_rule=followed.record())
 
 
 def main(argv=None) -> int:
@@ -207,12 +237,6 @@ def print_population(rows: dict):
                   f"({row['seeds']} seeds)")
 
 
-def steps_given(args) -> bool:
-    """Whether the user set the step budget (--total_steps, or --set trainer.total_steps)."""
-    return args.total_steps is not None or any(
-        item.partition("=")[0].strip() == "trainer.total_steps" for item in args.set)
-
-
 def too_large(config, context, exc) -> DoesNotFit:
     """A run that does not fit its device, as one line naming its sizes and what to lower
     (a population's size first: its members run side by side, each a solo run's size)."""
@@ -239,9 +263,11 @@ def train(args, context) -> int:
     compiling = CompileReport(config.env_name) if context.is_main and not args.quiet else None
     set_compile_reporter(compiling)
     logger = run_dir = None
+    if config.replica_rule is not None and context.is_main:
+        print(f"gpusim: {config.replica_rule['line']}", flush=True)
     try:
         if args.auto_scale:
-            config = auto_scale(config, cls, context, keep_total_steps=steps_given(args))
+            config = auto_scale(config, cls, context, given=given_keys(args))
         state = checkpoint.load_latest(Path(args.resume) / "checkpoints") if args.resume else None
         # Built before the run directory: a config the env or the device refuses (sac on
         # discrete actions, tf32 on a CPU) leaves no empty run directory behind.

@@ -163,6 +163,8 @@ class RunConfig:
     scale: ScaleConfig = ScaleConfig()
     # what --auto_scale found (picks, trials, throughput): saved, never read back
     auto_scale_report: dict | None = None
+    # what followed --num_envs (training.replicas): saved, never read back
+    replica_rule: dict | None = None
 
     def __post_init__(self):
         if self.algo is None:  # built in code: the algorithm's defaults
@@ -172,8 +174,9 @@ class RunConfig:
         out = {"env_name": self.env_name, "env": to_dict(self.env),
                "trainer": {**to_dict(self.trainer), **to_dict(self.algo)},
                "policy": to_dict(self.policy), "scale": to_dict(self.scale)}
-        if self.auto_scale_report is not None:
-            out["auto_scale_report"] = self.auto_scale_report
+        for record in ("replica_rule", "auto_scale_report"):
+            if getattr(self, record) is not None:
+                out[record] = getattr(self, record)
         return out
 
     def dump(self, path: Path):
@@ -274,7 +277,8 @@ def load_run_config(env_name: str, env_class, path=None, overrides: dict | None 
     path = path or recipe_path(env_class)
     data = {} if path is None else load_yaml(path)  # no recipe: all defaults
     data.pop("env_name", None)
-    data.pop("auto_scale_report", None)  # a record of a past search, not a setting
+    data.pop("auto_scale_report", None)  # records of a past search and resizing, not
+    data.pop("replica_rule", None)       # settings
     for section in data:
         if section not in SECTIONS:
             raise ConfigError(f"unknown config section '{section}' (known: {', '.join(SECTIONS)})")
@@ -351,7 +355,7 @@ def check_complete(saved: dict, config: RunConfig, path):
     """A run's saved config.yaml holds every key it ran with: a damaged one (truncated, a
     line lost) is refused rather than filled in with defaults, which would change the run."""
     for section, values in config.to_dict().items():
-        if section == "auto_scale_report":
+        if section in ("auto_scale_report", "replica_rule"):
             continue
         if not isinstance(values, dict):
             continue

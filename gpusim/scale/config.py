@@ -32,17 +32,16 @@ class ScaleConfig:
     growth: int = 4                  # throughput: each step of the num_envs search multiplies
                                      # it by this, from the config's; then the last bracket
                                      # is refined at its geometric midpoint
-    minibatch_rows: int = 1048576    # PPO: as num_envs grows, minibatches (and their chunks)
-                                     # grow to at most this many rows (or the config's, if
-                                     # more); beyond it, the number of minibatches grows
     memory_budget: str | None = None  # per process, e.g. "2GiB" (default: free GPU memory,
                                       # or cpu_memory_fraction of free RAM)
     cpu_memory_fraction: float = 0.5  # default CPU budget: this share of free RAM
     headroom: float = 0.1            # share of the budget no trial may use
     max_num_envs: int = 65536        # the largest num_envs a search tries
     max_rollout_len: int = 1024      # the largest rollout_len a search tries
-    min_rollout_len: int = 32        # the learning floor (GAE needs a horizon), capped at the
-                                     # env's time limit; memory: halve num_envs until it fits
+    min_rollout_len: int = 8         # the replica rule's floor (training.replicas): more
+                                     # replicas shorten the rollout to hold the recipe's batch
+                                     # down to this (GAE needs a horizon), then add minibatches;
+                                     # memory: halve num_envs until a rollout this long fits
     trial_seconds: float = 1.0       # throughput: each trial trains this long, timed, after
                                      # its warm-up (at least one iteration)
     env_share: float = 0.25          # memory: the share the replica search may fill; the
@@ -71,8 +70,7 @@ class ScaleConfig:
                 "must lie in (0, 1]")
         require(0 <= self.headroom < 1, "scale.headroom", "must lie in [0, 1)")
         require(0 < self.env_share <= 1, "scale.env_share", "must lie in (0, 1]")
-        for key in ("max_num_envs", "max_rollout_len", "min_rollout_len", "env_trial_steps",
-                    "minibatch_rows"):
+        for key in ("max_num_envs", "max_rollout_len", "min_rollout_len", "env_trial_steps"):
             require(getattr(self, key) >= 1, f"scale.{key}", "must be at least 1")
         require(self.growth >= 2, "scale.growth", "must be at least 2")
         require(self.trial_seconds > 0, "scale.trial_seconds", "must be positive")

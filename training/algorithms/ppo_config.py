@@ -91,24 +91,11 @@ class PPOConfig:
         require(self.num_minibatches <= trainer.num_envs * trainer.rollout_len,
                 "trainer.num_minibatches", "must not exceed num_envs x rollout_len")
 
-    def for_batch(self, rows: int, config_rows: int, max_rows: int) -> "PPOConfig":
-        """This config for `rows` rows per rollout where it was written for `config_rows`
-        (auto-scale's pick): the recipe's gradient steps per iteration, each on a larger
-        minibatch, up to `max_rows` rows (or the config's own, if more), beyond which the
-        minibatches grow in number; a minibatch stays one chunk (`max_minibatch_rows`)."""
-        per_minibatch = max(max_rows, -(-config_rows // self.num_minibatches))
-        minibatches = max(self.num_minibatches, -(-rows // per_minibatch))
-        chunk = max(self.max_minibatch_rows, min(-(-rows // minibatches), max_rows))
-        return replace(self, num_minibatches=minibatches, max_minibatch_rows=chunk)
-
 
 @dataclass(frozen=True)
 class A2CConfig(PPOConfig):
     update_epochs: int = 1         # a2c: 1 (one gradient step per rollout)
     num_minibatches: int = 1       # a2c: 1
-
-    def for_batch(self, rows: int, config_rows: int, max_rows: int) -> "A2CConfig":
-        return self  # one gradient step per rollout, whatever its size
 
     def check(self):
         super().check()

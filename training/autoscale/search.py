@@ -1,29 +1,28 @@
 """`--auto_scale`: size a run to its device before training starts.
 
-Objective `throughput` (the default): the fastest training, measured, in
-seconds. Every trial is a short training run: a warm-up (one iteration, and
-on a GPU the one that captures the CUDA graphs), then `scale.trial_seconds`
-of timed training, reporting steady env-steps/s and peak memory. Trials run
-the uncompiled step (graph-captured on a GPU): no trial compiles anything
-the first did not, and the pick alone compiles, once, when it trains.
+Whatever the objective, a size is the config at that many replicas with what follows
+them (training.replicas: the rollout shortens to hold the recipe's batch down to a
+floor, then minibatches of the recipe's size are added, and the budget keeps the
+recipe's iterations; `--total_steps` keeps a budget of steps). Every trial is a short
+training run: a warm-up (one iteration, and on a GPU the one that captures the CUDA
+graphs), then `scale.trial_seconds` of timed training, reporting steady env-steps/s and
+peak memory. Trials run the uncompiled step (graph-captured on a GPU): no trial compiles
+anything the first did not, and the pick alone compiles, once, when it trains.
+
+Objective `time_to_score` (the default; to_score): the size predicted to reach the
+recipe's score soonest, the env steps it needs (measured per recipe: training.env_steps)
+over its measured throughput.
+Objective `throughput`: the fastest training, whatever the env steps a size needs.
 0. The run's config as given is measured first: the baseline.
-1. Rollout: `rollout_len` is the config's, raised to the learning floor
-   `scale.min_rollout_len` (capped at the env's time limit).
-2. Replicas: from the config's `num_envs`, x`scale.growth` per step while the
+1. Replicas: from the config's `num_envs`, x`scale.growth` per step while the
    step fits (within the memory the trials so far were measured to need) and
    gains at least `scale.saturation` per doubling; then the last bracket is
    refined at its geometric midpoint.
-3. Minibatch rows: where a minibatch exceeds `trainer.max_minibatch_rows`
-   (the chunk search 2 ran with, so it fits), the chunk doubles while it
+2. Minibatch rows: where a minibatch exceeds `trainer.max_minibatch_rows`
+   (the chunk search 1 ran with, so it fits), the chunk doubles while it
    fits and gains `scale.saturation`, up to the largest minibatch.
 The pick is never slower than the baseline: a search that found nothing
 faster keeps the config, and says why it stopped.
-A larger batch follows the recipe's learning settings (`PPOConfig.for_batch`):
-the same gradient steps per iteration on larger minibatches, up to
-`scale.minibatch_rows` rows (then more of them). And the run keeps the
-recipe's iterations rather than its step budget: `total_steps` grows with
-the batch (unless it was given on the command line), so the run updates its
-policies as often as the recipe, each time from more experience.
 Objective `memory`: the largest `num_envs` for which building the env, a
 reset and a few steps fit in `env_share` of the usable memory, then the
 largest `rollout_len` for which a full iteration fits (if that is shorter
@@ -48,6 +47,7 @@ from gpusim.scale import distributed as dist
 from gpusim.scale.search import Searcher
 from gpusim.sizes import format_size, parse_size
 
+from .. import replicas
 from ..algorithms import ALGORITHMS, algorithm_class
 from ..config import RunConfig
 from ..loop import Trainer
@@ -71,23 +71,6 @@ def with_sizes(config: RunConfig, **sizes) -> RunConfig:
     algo = replace(config.algo, **{k: v for k, v in sizes.items() if k not in TRAINER_SIZES})
     algo = replace(algo, num_minibatches=min(algo.num_minibatches, t.num_envs * t.rollout_len))
     return replace(config, trainer=t, algo=algo)
-
-
-def following_batch(config: RunConfig, original: RunConfig, agents: int) -> RunConfig:
-    """`config` (resized from `original`) with the learning settings that follow the batch:
-    its algorithm's `for_batch` over the largest policy's rows per rollout."""
-    def rows(c):
-        return c.trainer.num_envs * c.trainer.rollout_len * agents
-    algo = config.algo.for_batch(rows(config), rows(original), config.scale.minibatch_rows)
-    return replace(config, algo=algo)
-
-
-def rollout_floor(config: RunConfig, time_limit: int | None) -> int:
-    """The config's rollout_len, raised to scale.min_rollout_len capped at the time limit."""
-    floor = config.scale.min_rollout_len
-    if time_limit is not None:
-        floor = min(floor, time_limit)
-    return min(max(config.trainer.rollout_len, floor), config.scale.max_rollout_len)
 
 
 def env_trial(config: RunConfig, env_class, context, steps: int):
@@ -125,16 +108,14 @@ class AutoScale:
     """One auto-scale: the budget, the time limit, and what each search found."""
 
     def __init__(self, config: RunConfig, env_class, context, log=print,
-                 keep_total_steps: bool = False):
-        if config.scale.objective == "auto":  # time_to_score where it was measured to pick
-            # better (the CPU); throughput on a GPU, where it has not been measured yet
-            config = replace(config, scale=replace(config.scale, objective="time_to_score"
-                                                   if context.device.type == "cpu"
-                                                   else "throughput"))
+                 given: frozenset = frozenset()):
+        if config.scale.objective == "auto":  # (the same on every device: E(k) is counted
+            # in env steps, the throughput measured where the run trains)
+            config = replace(config, scale=replace(config.scale, objective="time_to_score"))
         self.config = config
         self.env_class = env_class
         self.context = context
-        self.keep_total_steps = keep_total_steps
+        self.given = given  # dotted keys the user set: the replica rule leaves them
         self.say = log if context.is_main else (lambda *a, **k: None)
         self.budget = budget_bytes(config, context)
         self.limit = int(self.budget * (1 - config.scale.headroom))
@@ -162,9 +143,10 @@ class AutoScale:
         self.report["trials"].setdefault(key, []).extend(
             dict(t.to_dict(), **extra) for t in searcher.trials)
 
-    def sized(self, **sizes) -> RunConfig:
-        """The config with new sizes, and the learning settings that follow the batch."""
-        return following_batch(with_sizes(self.config, **sizes), self.config, self.agents)
+    def sized(self, num_envs: int, rollout_len: int | None = None) -> RunConfig:
+        """The config at `num_envs` replicas, with what follows them (training.replicas;
+        a `rollout_len` of the memory search's, the rest following)."""
+        return replicas.follow(self.config, num_envs, self.given, rollout_len).config
 
     def run(self) -> RunConfig:
         scale = self.config.scale
@@ -175,13 +157,11 @@ class AutoScale:
         env = self.env_class(num_envs=1, backend=self.context.backend, seed=self.config.trainer.seed,
                              config=self.config.env)  # its sizes (and its kernels, compiled once)
         self.agents = max(len(ids) for ids in env.policies.values())
-        time_limit = env.time_limit
         del env
         if scale.objective == "time_to_score":
             config = to_score(self)
         else:
-            config = self.budgeted(self.fastest(time_limit) if scale.objective == "throughput"
-                                   else self.largest())
+            config = self.fastest() if scale.objective == "throughput" else self.largest()
         t, algo = config.trainer, config.algo
         self.report.update(num_envs=t.num_envs, rollout_len=t.rollout_len,
                            max_minibatch_rows=algo.max_minibatch_rows,
@@ -194,10 +174,9 @@ class AutoScale:
         return replace(config, auto_scale_report=self.report)
 
     # ---- objective: throughput -------------------------------------------------------
-    def fastest(self, time_limit: int | None) -> RunConfig:
+    def fastest(self) -> RunConfig:
         config, scale = self.config, self.config.scale
         t = config.trainer
-        rollout_len = self.agree("rollout_len", rollout_floor(config, time_limit))
 
         self.say(f"baseline: the config as given, num_envs={t.num_envs}, "
                  f"rollout_len={t.rollout_len}")
@@ -213,11 +192,11 @@ class AutoScale:
                               "--memory_budget")
         base_rate = base.info["env_steps_per_s"]
 
-        def resize(num_envs):
-            return self.sized(num_envs=num_envs, rollout_len=rollout_len)
+        resize = self.sized
         self.say(f"search 1: num_envs from {t.num_envs}, x{scale.growth} per step up to "
-                 f"{scale.max_num_envs}, with rollout_len={rollout_len}, while a step fits and "
-                 f"gains >= {scale.saturation:.0%} per doubling")
+                 f"{scale.max_num_envs} (the rollout and minibatches following them: "
+                 f"training.replicas), while a step fits and gains >= {scale.saturation:.0%} "
+                 "per doubling")
         replicas = self.searcher("num_envs", training_trial(
             resize, self.env_class, self.context, scale.trial_seconds), scale.max_num_envs)
         if resize(t.num_envs) == config:  # the baseline is the search's first point
@@ -225,7 +204,7 @@ class AutoScale:
         outcome = replicas.run_fastest(scale.saturation, start=t.num_envs, growth=scale.growth)
         self.say(f"search 1 stopped: {outcome.why}")
         num_envs = self.agree("num_envs", outcome.pick)
-        self.record("num_envs", replicas, rollout_len=rollout_len)
+        self.record("num_envs", replicas)
         picked = resize(num_envs) if num_envs else config
         # the picked run's trial (measured here if it is another rank's smaller pick)
         final = (replicas.trial(num_envs) or replicas.measure(num_envs)) if num_envs else base
@@ -276,21 +255,6 @@ class AutoScale:
             self.report["why_not_faster"] = why
             self.say(f"below {HEADLINE_SPEEDUP}x the config because the search stopped: {why}")
 
-    def budgeted(self, config: RunConfig) -> RunConfig:
-        """The run keeps the config's iterations, not its step budget: `total_steps` grows
-        with the batch, unless the user gave it. (Keeping its training time instead was
-        measured to learn nothing on an H200: 49 iterations where the recipe has 781.)"""
-        t, given = config.trainer, self.config.trainer
-        iterations = given.num_iterations(self.context.world_size)
-        total = iterations * t.steps_per_iteration * self.context.world_size
-        if self.keep_total_steps or total <= given.total_steps:
-            return config
-        self.report["total_steps_config"] = given.total_steps
-        self.say(f"total_steps {given.total_steps:,} -> {total:,}: the config's {iterations:,} "
-                 f"iterations of {t.steps_per_iteration:,} env steps (--total_steps keeps a "
-                 "budget of steps)")
-        return replace(config, trainer=replace(t, total_steps=total))
-
     # ---- objective: memory -----------------------------------------------------------
     def largest(self) -> RunConfig:
         config, scale = self.config, self.config.scale
@@ -338,7 +302,7 @@ class AutoScale:
 
 
 def auto_scale(config: RunConfig, env_class, context, log=print,
-               keep_total_steps: bool = False) -> RunConfig:
+               given: frozenset = frozenset()) -> RunConfig:
     """`config` with the picked sizes, and the search's report."""
     if not algorithm_class(config.trainer.algorithm).auto_scales:
         scalable = ", ".join(name for name, cls in ALGORITHMS.items() if cls.auto_scales)
@@ -350,4 +314,4 @@ def auto_scale(config: RunConfig, env_class, context, log=print,
         raise GpusimError(f"config key 'scale.max_num_envs' ({scale.max_num_envs:,}) is below "
                           f"trainer.num_envs ({t.num_envs:,}), where the search starts: raise "
                           "scale.max_num_envs or lower trainer.num_envs")
-    return AutoScale(config, env_class, context, log, keep_total_steps).run()
+    return AutoScale(config, env_class, context, log, given).run()

@@ -1,0 +1,110 @@
+"""E(k): the env steps a recipe needs to its score at k times its replicas, shipped as data.
+
+Under the replica rule (training.replicas) a run at k x the recipe's replicas needs
+E(k) env steps to the score; env steps, not seconds, so the CPU measures them once for
+every device (`benchmarks/time_to_score.py`), and `env_steps.yaml` beside the recipe
+keeps them: a list of tables, each for the recipe with some `settings` (dotted keys,
+none for the recipe as written), a row per k with the median over seeds, its interval,
+and how many seeds reached the score within the benchmark's cap. The auto-scale search
+divides E(k) by each size's measured throughput (training.autoscale.to_score).
+
+A table applies to a run whose learning settings are the table's: the env, the policy,
+the algorithm's keys and the trainer's, all but the sizes and how the run is sped up
+(`SIZE_KEYS`, `SPEED_KEYS`). Between measured k, E is interpolated on log-log axes;
+past the largest, it grows in proportion to k (a score needs episodes of every replica
+to end, so its cost in env steps grows with the replicas at least that fast); a k whose
+median did not reach the score is never predicted to.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpusim.config import load_yaml
+
+FILE = "env_steps.yaml"
+# keys that may differ between a run and its table: the sizes the rule sets ...
+SIZE_KEYS = ("num_envs", "rollout_len", "total_steps", "num_minibatches", "max_minibatch_rows",
+             "league_snapshot_every")
+# ... and what neither changes learning per env step nor is a learning setting
+SPEED_KEYS = ("seed", "backend", "compile", "cuda_graphs", "precision", "checkpoint_every",
+              "keep_snapshots", "final_eval_episodes", "torch_threads", "noise_scale_every")
+
+
+@dataclass(frozen=True)
+class Table:
+    """One measured E(k): rows of (k, median env steps or None where it missed), and its
+    source for the lines that cite it."""
+    rows: tuple      # ((k, median or None), ...) in increasing k
+    source: str
+
+    def at(self, k: float) -> float | None:
+        """E(k), interpolated (None: not reached there, or past a k that was not)."""
+        ks = [row[0] for row in self.rows]
+        if k <= ks[0]:
+            return self.rows[0][1]
+        for (k0, e0), (k1, e1) in zip(self.rows, self.rows[1:]):
+            if k <= k1:
+                if e0 is None or e1 is None:
+                    return None if (e1 is None and k > k0) or e0 is None else e0
+                w = math.log(k / k0) / math.log(k1 / k0)
+                return math.exp((1 - w) * math.log(e0) + w * math.log(e1))
+        last_k, last_e = self.rows[-1]
+        return None if last_e is None else last_e * k / last_k
+
+    def factor(self, k: float) -> float | None:
+        """E(k) / E(1)."""
+        here, base = self.at(k), self.at(1.0)
+        return None if here is None or base is None else here / base
+
+
+def learning_settings(config) -> dict:
+    """What a table must share with a run: every setting but sizes and speed."""
+    out = config.to_dict()
+    out.pop("auto_scale_report", None)
+    out.pop("replica_rule", None)
+    out.pop("scale", None)
+    out["trainer"] = {k: v for k, v in out["trainer"].items()
+                      if k not in SIZE_KEYS + SPEED_KEYS}
+    return out
+
+
+def table_for(config) -> Table | None:
+    """The shipped table whose settings are the run's (None: no table applies)."""
+    from gpusim.envs import env_class
+    try:
+        cls = env_class(config.env_name)
+    except Exception:  # an env given as module:Class that no longer imports: no table
+        return None
+    path = Path(inspect.getfile(cls)).parent / FILE
+    if not path.is_file():
+        return None
+    wanted = learning_settings(config)
+    for entry, settings in _entries(str(path), config.env_name, config.trainer.algorithm):
+        if settings == wanted:
+            rows = tuple((float(r["k"]), r["median"] if r["reached"] * 2 > r["seeds"] else None)
+                         for r in sorted(entry["rows"], key=lambda r: r["k"]))
+            return Table(rows, f"{path.parent.name}/{FILE}" +
+                         (f", {entry['name']}" if entry.get("name") else ""))
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _entries(path: str, env_name: str, algorithm: str) -> tuple:
+    """(entry, its learning settings) for each table of the file measured with `algorithm`."""
+    from gpusim.envs import env_class
+
+    from .config import load_run_config, recipe_path
+    cls = env_class(env_name)
+    out = []
+    for entry in load_yaml(path) or []:
+        settings = dict(entry.get("settings") or {})
+        if settings.get("trainer.algorithm", "ppo") != algorithm:
+            continue
+        config = load_run_config(env_name, cls, path=recipe_path(cls, algorithm),
+                                 sets=[f"{k}={v}" for k, v in settings.items()])
+        out.append((entry, learning_settings(config)))
+    return tuple(out)

@@ -6,6 +6,7 @@ from typing import ClassVar
 
 from gpusim.config import require
 from gpusim.errors import ConfigError, GpusimError
+from gpusim.scripted import scripted_policies
 
 # On the CPU a fused (compiled) minibatch step saves 0.9-2 ms against an eager one in
 # cartpole's recipe (80 to 4,096 rows) and about 7 ms in tag_continuous's, while a first
@@ -54,6 +55,9 @@ class PPOConfig:
     league_frozen: tuple[str, ...] = ()  # league: policies that never learn, playing their
                                          # pools' snapshots in every replica (python -m
                                          # gpusim.league --best_response loads those)
+    league_scripted: bool = False  # league: each pool also holds the env's scripted policies
+                                   # of its side (gpusim.scripted), drawn as snapshots are; a
+                                   # frozen side then plays those alone
     # every policy key applies (training.config.check_policy_keys)
     policy_keys: ClassVar[frozenset] = frozenset(
         ("hidden_sizes", "activation", "state_dependent_std", "log_std_init", "recurrent",
@@ -128,6 +132,10 @@ def check_for_env(config, env, population: bool):
             raise GpusimError(f"config key 'trainer.league_frozen' must name some of "
                               f"{env.name}'s policies ({', '.join(env.policy_specs)}), not "
                               f"all: {', '.join(unknown) or 'every one'} cannot be frozen")
+        if config.algo.league_scripted and not any(
+                name in env.policy_specs for name in scripted_policies(type(env))):
+            raise GpusimError(f"config key 'trainer.league_scripted' puts the env's scripted "
+                              f"policies in the pools, and {env.name} ships none")
         if policy.recurrent != "none" or population:
             raise GpusimError("config key 'trainer.league' with " + (
                 "policy.recurrent" if policy.recurrent != "none" else "trainer.population")

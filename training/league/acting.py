@@ -8,7 +8,7 @@ when its opponent is drawn and only then: a snapshot added to the pool, or one e
 from the slot a replica drew, changes nothing for the episodes already under way. Each
 pool slot carries a stamp (`Pool.stamp`, new at every add); a replica remembers the
 stamp it drew (`drawn`). Its episode is credited to the slot it drew while the slot
-still holds that snapshot, and to no snapshot (`credit` = the pool's capacity: a bin
+still holds that snapshot, and to no snapshot (`credit` = the pool's size: a bin
 `League.record` drops) once the slot was overwritten under it.
 
 What runs per step is static and on the device (no host read): on the CPU the weights
@@ -40,7 +40,8 @@ class LeagueActor:
         self.lazy = not static and torch.device(device).type == "cpu"
         self.learn = spread(learners, device) if learners else None
         self.frozen = spread(frozen, device) if frozen else None
-        self.opponent = torch.zeros(len(frozen), dtype=torch.long, device=device)
+        first = int(pool.filled.nonzero()[0])  # (a snapshot; for a scripted side, its first)
+        self.opponent = torch.full((len(frozen),), first, dtype=torch.long, device=device)
         self.drawn = torch.zeros(len(frozen), dtype=torch.long, device=device)
         self.credit = torch.zeros(len(frozen), dtype=torch.long, device=device)
         self.faced = torch.zeros((rollout_len, len(frozen)), dtype=torch.long, device=device)
@@ -57,11 +58,11 @@ class LeagueActor:
 
     def recheck(self):
         """The slot each replica's episode is credited to, after the pool changed: the one
-        it drew where that slot still holds what it drew, else none (the capacity)."""
+        it drew where that slot still holds what it drew, else none (the pool's size)."""
         if self.frozen is not None:
             current = self.pool.stamp[self.opponent] == self.drawn
             torch.where(current, self.opponent, torch.full_like(self.opponent,
-                                                                self.pool.capacity),
+                                                                self.pool.size),
                         out=self.credit)
 
     def log_probs(self, obs, mask=None):
@@ -78,7 +79,8 @@ class LeagueActor:
             mine = extra[where] if isinstance(extra, torch.Tensor) else extra
             if where is self.learn:
                 return getattr(self.model, method)(obs[where], mine)
-            return self.pool.act(method, self.opponent, obs[where], mine, tensors=self.weights)
+            return self.pool.act(method, self.opponent, obs[where], mine, tensors=self.weights,
+                                 replicas=where)
         if self.frozen is None or self.learn is None:
             return part(self.learn if self.frozen is None else self.frozen)
         own, theirs = part(self.learn), part(self.frozen)
@@ -113,13 +115,14 @@ class LeagueActor:
         stacked = list(params.values()) + list(buffers.values())
         if self.lazy:  # (the CPU: the ended rows alone, read without a sync)
             rows = ended.nonzero()[:, 0]
-            slots = self.opponent[rows]
+            slots = self.pool.networks(self.opponent[rows])
             for mine, t in zip(self.weights, stacked):
                 mine.index_copy_(0, rows, t[slots])
             return
         for mine, t in zip(self.weights, stacked):
             keep = ended.view(-1, *([1] * (mine.dim() - 1)))
-            mine.copy_(torch.where(keep, t.index_select(0, self.opponent), mine))
+            mine.copy_(torch.where(keep, t.index_select(0, self.pool.networks(self.opponent)),
+                                   mine))
 
     def state_dict(self) -> dict:
         """Each frozen replica's draw, and the weights of the snapshots still played that

@@ -33,10 +33,12 @@ import copy
 import torch
 
 from gpusim.errors import GpusimError
+from gpusim.scripted import scripted_policies
 
-from ..population.stacked import StackedPolicy, check_stack_fits
+from ..population.stacked import check_stack_fits
 from .acting import LeagueActor
 from .outcome import LeagueOutcome
+from .pool import Pool
 
 DECAY = 0.98  # per update: how fast a snapshot's win statistics forget older games
 
@@ -87,93 +89,6 @@ class Matchups:
         return self.frozen[name]
 
 
-class Pool:
-    """One policy's snapshots: `capacity` copies of its network, stacked, frozen."""
-
-    def __init__(self, model, capacity: int, device):
-        self.nets = StackedPolicy([copy.deepcopy(model) for _ in range(capacity)]).to(device)
-        self.nets.requires_grad_(False)
-        self.capacity = capacity
-        self.filled = torch.zeros(capacity, dtype=torch.bool, device=device)
-        self.born = [-1] * capacity  # the update each slot was taken at (-1: empty)
-        self.recency = torch.zeros(capacity, device=device)  # 1 + its rank by age: newest most
-        self.games = torch.zeros(capacity, device=device)  # decayed counts of league games
-        self.wins = torch.zeros(capacity, device=device)   # ... the learners won against it
-        # which snapshot each slot holds: new at every add (a replica playing a slot since
-        # overwritten plays on what it drew, credited to none: training.league.acting)
-        self.stamp = torch.zeros(capacity, dtype=torch.long, device=device)
-        self.adds = 0
-
-    def add(self, model, update: int, eviction: str) -> int:
-        """Copy `model` into a free slot, else into the one `eviction` names."""
-        if -1 in self.born:
-            slot = self.born.index(-1)
-        elif eviction == "lowest":  # the weakest: the learners' best win rate against it
-            slot = int(torch.argmax(self.win_rate()))  # one host read per snapshot
-        else:
-            slot = min(range(self.capacity), key=lambda k: self.born[k])
-        params, buffers = self.nets.stacked()
-        own = dict(model.named_parameters()) | dict(model.named_buffers())
-        with torch.no_grad():
-            for name, stacked in {**params, **buffers}.items():
-                stacked[slot].copy_(own[name])
-        self.filled[slot] = True
-        self.born[slot] = update
-        order = sorted(range(self.capacity), key=lambda k: self.born[k])
-        self.recency.copy_(torch.tensor([1.0 + order.index(k) for k in range(self.capacity)]))
-        self.games[slot] = 0.0
-        self.wins[slot] = 0.0
-        self.adds += 1
-        self.stamp[slot] = self.adds
-        return slot
-
-    def win_rate(self) -> torch.Tensor:
-        """The learners' win rate against each snapshot (Laplace-smoothed: 1/2 unplayed)."""
-        return (self.wins + 1.0) / (self.games + 2.0)
-
-    def weights(self, opponents: str) -> torch.Tensor:
-        """How often each filled slot is drawn (unnormalised)."""
-        filled = self.filled.float()
-        if opponents == "uniform":
-            return filled
-        if opponents == "latest":  # by recency rank: the newest weighs most
-            return filled * self.recency
-        return filled * ((1.0 - self.win_rate()) ** 2 + 1e-3)  # pfsp: the hardest most
-
-    def gather(self, slots: torch.Tensor, out: list | None = None) -> list:
-        """Every stacked tensor of the snapshots `slots` names (one per replica); into the
-        tensors `out` where given (fixed: a captured rollout reads them)."""
-        params, buffers = self.nets.stacked()
-        stacked = list(params.values()) + list(buffers.values())
-        if out is None:
-            return [t[slots] for t in stacked]
-        for mine, t in zip(out, stacked):
-            torch.index_select(t, 0, slots, out=mine)
-        return out
-
-    def act(self, method: str, slots: torch.Tensor, *inputs, tensors: list | None = None):
-        """`method` of every replica's snapshot (`slots`, one per replica) on its inputs
-        (replicas, ...): one batched product; on `tensors`, those snapshots' weights
-        gathered already (`gather`), where given."""
-        return self.nets.lead(method, *inputs,
-                              tensors=self.gather(slots) if tensors is None else tensors)
-
-    def state_dict(self) -> dict:
-        return {"nets": self.nets.state_dict(), "filled": self.filled.clone(),
-                "born": list(self.born), "recency": self.recency.clone(),
-                "games": self.games.clone(), "wins": self.wins.clone(),
-                "stamp": self.stamp.clone(), "adds": self.adds}
-
-    def load_state_dict(self, state: dict):
-        self.nets.load_state_dict(state["nets"])
-        self.born = list(state["born"])
-        for name in ("filled", "recency", "games", "wins"):
-            getattr(self, name).copy_(state[name])
-        if "stamp" in state:  # (older checkpoints: every slot as it was drawn)
-            self.stamp.copy_(state["stamp"])
-            self.adds = state["adds"]
-
-
 class League:
     """A PPO run's league (see the module): its matchups, each policy's pool and acting,
     the learners' win statistics, the snapshots."""
@@ -189,9 +104,13 @@ class League:
         check_stack_fits(env.backend, f"trainer.league_capacity={cfg.league_capacity:,}: "
                          f"{len(names)} pools of that many snapshots",
                          [p.model for p in ppo.policies], cfg.league_capacity)
+        shipped = scripted_policies(type(env)) if cfg.league_scripted else {}
         for p in ppo.policies:
-            pool = self.pools[p.name] = Pool(p.model, cfg.league_capacity, env.device)
-            pool.add(p.model, 0, cfg.league_eviction)  # every pool starts with the first
+            scripted = [cls(env, p.name) for cls in shipped.get(p.name, {}).values()]
+            pool = self.pools[p.name] = Pool(p.model, cfg.league_capacity, env.device,
+                                             scripted)
+            if not (scripted and p.name in self.frozen):  # (a frozen side with scripted
+                pool.add(p.model, 0, cfg.league_eviction)  # policies plays those alone)
             self.actors[p.name] = LeagueActor(p.model, pool, self.matchups.learner_ids(p.name),
                                               self.matchups.frozen_ids(p.name),
                                               cfg.league_opponents, t.rollout_len, env.device,
@@ -216,7 +135,7 @@ class League:
             pool, actor = self.pools[name], self.actors[name]
             network = copy.deepcopy(actor.model)
             network.load_state_dict(state)
-            pool.filled.zero_()
+            pool.filled[:pool.capacity] = False
             pool.born = [-1] * pool.capacity
             pool.add(network, 0, "oldest")
             actor.opponent.zero_()
@@ -251,8 +170,8 @@ class League:
             return
         dones, returns = episodes.dones, episodes.returns  # (T, envs), (T, policies, envs)
         # (one bin more than slots: episodes whose snapshot was evicted under them, dropped)
-        games = {n: p.games.new_zeros(p.capacity + 1) for n, p in self.pools.items()}
-        wins = {n: p.wins.new_zeros(p.capacity + 1) for n, p in self.pools.items()}
+        games = {n: p.games.new_zeros(p.size + 1) for n, p in self.pools.items()}
+        wins = {n: p.wins.new_zeros(p.size + 1) for n, p in self.pools.items()}
         sums, counts = torch.zeros_like(self.baseline), torch.zeros_like(self.baseline)
         for name, actor in self.actors.items():
             if actor.frozen is None:

@@ -153,3 +153,29 @@ def test_the_floor_key_applies_with_num_envs(tmp_path, capsys):
     assert run(tmp_path, "--num_envs", "512", "--total_steps", "2048",
                "--set", "scale.min_rollout_len=4") == 0
     assert "rollout_len 64 -> 4 (the recipe's batch)" in capsys.readouterr().out
+
+
+# ---- E(k): the env steps a recipe needs at k x its replicas ---------------------------
+def test_a_table_interpolates_on_log_log_axes_and_refuses_what_missed():
+    from gpusim.training.env_steps import Table
+    table = Table(((0.25, 300.0), (1.0, 200.0), (4.0, 400.0), (16.0, None)), "test")
+    assert table.at(1.0) == 200.0 and table.at(4.0) == pytest.approx(400.0)
+    assert table.at(2.0) == pytest.approx((200.0 * 400.0) ** 0.5)  # the geometric midpoint
+    assert table.at(0.1) == 300.0           # below the table: its smallest k's
+    assert table.at(8.0) is None            # towards a k that missed: not predicted
+    assert table.at(16.0) is None and table.at(64.0) is None
+    assert table.factor(4.0) == pytest.approx(2.0)
+    grows = Table(((1.0, 100.0), (4.0, 200.0)), "test")
+    assert grows.at(16.0) == pytest.approx(800.0)  # past the table: in proportion to k
+
+
+def test_a_shipped_table_applies_to_its_recipe_and_not_to_other_learning_settings():
+    from gpusim.training.env_steps import learning_settings, table_for
+    base = recipe("cartpole")
+    table = table_for(base)
+    assert table is not None and table.at(1.0) > 0 and "cartpole/env_steps.yaml" in table.source
+    assert table_for(follow(base, 512).config) is not None  # sizes may differ
+    assert table_for(recipe("cartpole", "trainer.seed=3", "trainer.backend=cpu")) is not None
+    assert table_for(recipe("cartpole", "trainer.lr=0.01")) is None
+    assert table_for(recipe("cartpole", "policy.hidden_sizes=[32]")) is None
+    assert "num_envs" not in learning_settings(base)["trainer"]

@@ -174,7 +174,7 @@ def main():
         if not any(r["label"] == "yardsticks" and r["game"] == args.game for r in rows):
             yardsticks(args.game, args.episodes, out)
         for seed in range(args.seeds):
-            done = [r for r in rows if (r["game"], r["label"], r["seed"]) ==
+            done = [r for r in rows if (r["game"], r["label"], r.get("seed")) ==
                     (args.game, args.label, seed) and r["env_steps"] >= args.steps - args.every]
             if not done:
                 train_with_curves(args.game, args.label, args.set, seed, args.steps,

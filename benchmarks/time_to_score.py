@@ -189,7 +189,7 @@ def write_tables(results: list, commit: str):
                 f"Measured by benchmarks/time_to_score.py at commit {commit},\n# "
                 f"{datetime.date.today()}, 2-core CPU (env steps hold on any device). "
                 f"Read by training/env_steps.py.\n")
-        path.write_text(head + yaml.safe_dump(entries, sort_keys=False))
+        path.write_text(head + yaml.safe_dump({"tables": entries}, sort_keys=False))
         print(f"wrote {path}")
 
 

@@ -3,7 +3,7 @@
 Under the replica rule (training.replicas) a run at k x the recipe's replicas needs
 E(k) env steps to the score; env steps, not seconds, so the CPU measures them once for
 every device (`benchmarks/time_to_score.py`), and `env_steps.yaml` beside the recipe
-keeps them: a list of tables, each for the recipe with some `settings` (dotted keys,
+keeps them: `tables`, a list, each for the recipe with some `settings` (dotted keys,
 none for the recipe as written), a row per k with the median over seeds, its interval,
 and how many seeds reached the score within the benchmark's cap. The auto-scale search
 divides E(k) by each size's measured throughput (training.autoscale.to_score).
@@ -46,6 +46,8 @@ class Table:
         ks = [row[0] for row in self.rows]
         if k <= ks[0]:
             return self.rows[0][1]
+        if k in ks:  # a measured k: its own median
+            return self.rows[ks.index(k)][1]
         for (k0, e0), (k1, e1) in zip(self.rows, self.rows[1:]):
             if k <= k1:
                 if e0 is None or e1 is None:
@@ -100,7 +102,7 @@ def _entries(path: str, env_name: str, algorithm: str) -> tuple:
     from .config import load_run_config, recipe_path
     cls = env_class(env_name)
     out = []
-    for entry in load_yaml(path) or []:
+    for entry in load_yaml(path).get("tables") or []:
         settings = dict(entry.get("settings") or {})
         if settings.get("trainer.algorithm", "ppo") != algorithm:
             continue

@@ -63,6 +63,9 @@ CASES = {
                        + OFF_POLICY, 256),
     "ddpg population": ("pendulum", ["trainer.algorithm=ddpg", "trainer.population=2"]
                         + OFF_POLICY, 256),
+    # the recipe's own size through --num_envs: the replica rule changes nothing at k = 1
+    "cartpole recipe, --num_envs 32": ("cartpole", ["--num_envs=32"], 4096),
+    "tag recipe, --num_envs 16": ("tag_continuous", ["--num_envs=16"], 1024),
     # a snapshot every update into pools of 2: by the 4th iteration each pool has evicted
     "ppo league": ("tag_continuous", TAG + [
         "trainer.league=true", "trainer.league_snapshot_every=1", "trainer.league_capacity=2",
@@ -77,8 +80,8 @@ def run_case(env: str, sets: list, steps: int, out_dir: Path) -> list:
                "--quiet", "--set", "trainer.torch_threads=1", "--set", "trainer.compile=off",
                "--set", "trainer.target_return=null", "--set", "trainer.anneal_lr=false",
                "--set", "trainer.final_eval_episodes=0"]
-    for item in sets:
-        command += ["--set", item]
+    for item in sets:  # a flag as typed ("--num_envs=32"), else a config key
+        command += item.split("=", 1) if item.startswith("--") else ["--set", item]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:  # kept as the case's result: `compare` names it
         return [{"error": f"exit {done.returncode}: {done.stderr.strip().splitlines()[-1]}"}]

@@ -26,6 +26,10 @@ class TagContinuousConfig(EnvConfig):
     max_speed: float = 1.0                  # top speed
     num_other_agents_observed: int = 10     # neighbours in an observation (K)
     use_full_observation: bool = False      # observe every other agent instead of K
+    observe_own_state: bool = False         # append own x/L, y/L, cos, sin of heading,
+                                            # speed/max_speed before the timestep (+5 floats)
+    observe_in_own_frame: bool = False      # neighbours' offsets as (forward, left) along
+                                            # own heading instead of world (dx, dy)
     runner_exits_game_after_tagged: bool = True # a tagged runner leaves the game
     tag_reward_for_tagger: float = 10.0     # a tagger's reward per tag
     tag_penalty_for_runner: float = -10.0   # a runner's reward when tagged

@@ -9,7 +9,8 @@ Actions are discrete (table indices, the default) or, with config key
 `continuous_actions`, a Box of (acceleration change, turn). Numba compiles
 per array layout and only one of `actions` / `continuous_actions` exists, so
 each mode has its own move phase (`move`, `move_continuous`, both calling
-`move_by`); `step_kernel_spec` swaps in the continuous one.
+`move_by`); `step_kernel_spec` swaps in the continuous one. The observation
+phase, with its opt-in variants, is in observe.py.
 """
 import dataclasses
 import math
@@ -29,11 +30,9 @@ from gpusim.spaces import Box, per_role_names
 
 from .config import TagContinuousConfig
 from .measures import RunnerSurvival, SurvivalScore
+from .observe import F32_ZERO, FEATURES, OWN_FEATURES, TWO_PI, observe, squared_distance
 
-TWO_PI = np.float32(2 * np.pi)
 HALF_PI = np.float32(np.pi / 2)
-F32_ZERO = np.float32(0.0)
-FEATURES = 7  # dx, dy, dspeed, dacceleration, ddirection, is_tagger, still_in_game
 
 
 # ---- reset ------------------------------------------------------------------------
@@ -113,112 +112,6 @@ def distance(s, env, a, b):
 
 
 @numba.jit(nopython=True)
-def write_features(s, p, env, agent, other, column, width):
-    """Neighbour `other` as column `column` of the seven feature blocks of `width`."""
-    row = s.obs
-    row[env, agent, column] = (s.loc_x[env, other] - s.loc_x[env, agent]) / p.position_scale
-    row[env, agent, width + column] = (s.loc_y[env, other] - s.loc_y[env, agent]) / p.position_scale
-    row[env, agent, 2 * width + column] = (s.speed[env, other] - s.speed[env, agent]) / p.speed_scale
-    row[env, agent, 3 * width + column] = (
-        (s.acceleration[env, other] - s.acceleration[env, agent]) / p.speed_scale)
-    row[env, agent, 4 * width + column] = (s.direction[env, other] - s.direction[env, agent]) / TWO_PI
-    row[env, agent, 5 * width + column] = numba.float32(s.agent_type[env, other])
-    row[env, agent, 6 * width + column] = numba.float32(s.still_in_game[env, other])
-
-
-@numba.jit(nopython=True)
-def squared_distance(s, env, a, b):
-    dx = s.loc_x[env, b] - s.loc_x[env, a]
-    dy = s.loc_y[env, b] - s.loc_y[env, a]
-    return dx * dx + dy * dy
-
-
-@numba.jit(nopython=True)
-def previous_bound(s, p, env, agent):
-    """An upper bound on the K-th smallest squared distance, or inf.
-
-    Last step's K neighbours (distinct ids, -1 where none) that are still in
-    the game are K candidates, so the K-th nearest is no farther than the
-    farthest of them. Slightly inflated so that a candidate whose distance
-    rounds to the same float32 square root is never screened out.
-    """
-    bound = np.float32(0.0)
-    for k in range(p.num_observed):
-        other = s.nbr_idx[env, agent, k]
-        if other < 0 or other == agent or s.still_in_game[env, other] == 0:
-            return np.float32(np.inf)
-        bound = max(bound, squared_distance(s, env, agent, other))
-    return bound * np.float32(1.000001)
-
-
-@numba.jit(nopython=True)
-def nearest_in_game(s, p, env, agent):
-    """Sorted list (distance, then id) of the K nearest other agents in the game; its size.
-
-    Candidates come in increasing id, so a tie with the current K-th never
-    displaces it. A squared-distance bound screens out most candidates before
-    any square root or insertion (sqrt is monotonic, so it never drops one
-    that belongs in the list).
-    """
-    k_max = p.num_observed
-    screen = previous_bound(s, p, env, agent)
-    count = 0
-    worst = np.float32(np.inf)  # distance of the K-th entry once the list is full
-    for other in range(s.loc_x.shape[1]):
-        if other == agent or s.still_in_game[env, other] == 0:
-            continue
-        d_sq = squared_distance(s, env, agent, other)
-        if d_sq > screen:
-            continue
-        d = math.sqrt(d_sq)
-        if count < k_max:
-            slot = count
-            count += 1
-        elif d < worst:
-            slot = k_max - 1
-        else:
-            continue
-        while slot > 0 and s.nbr_dist[env, agent, slot - 1] > d:
-            s.nbr_dist[env, agent, slot] = s.nbr_dist[env, agent, slot - 1]
-            s.nbr_idx[env, agent, slot] = s.nbr_idx[env, agent, slot - 1]
-            slot -= 1
-        s.nbr_dist[env, agent, slot] = d
-        s.nbr_idx[env, agent, slot] = other
-        if count == k_max:
-            worst = s.nbr_dist[env, agent, k_max - 1]
-            screen = min(screen, squared_distance(s, env, agent, s.nbr_idx[env, agent, k_max - 1])
-                         * np.float32(1.000001))
-    for k in range(count, k_max):
-        s.nbr_idx[env, agent, k] = -1
-    return count
-
-
-@numba.jit(nopython=True)
-def observe(env, agent, s, p):
-    """Spec observation, from the state after moves and before tagging."""
-    obs_dim = s.obs.shape[2]
-    if s.still_in_game[env, agent] == 0:
-        for k in range(obs_dim):
-            s.obs[env, agent, k] = F32_ZERO
-        return
-    width = (obs_dim - 1) // FEATURES
-    if p.full_observation:
-        column = 0
-        for other in range(s.loc_x.shape[1]):
-            if other != agent:
-                write_features(s, p, env, agent, other, column, width)
-                column += 1
-    else:
-        count = nearest_in_game(s, p, env, agent)
-        for column in range(count):
-            write_features(s, p, env, agent, s.nbr_idx[env, agent, column], column, width)
-        for column in range(count, width):
-            for f in range(FEATURES):
-                s.obs[env, agent, f * width + column] = F32_ZERO
-    s.obs[env, agent, obs_dim - 1] = numba.float32(s.timestep[env]) / p.episode_length_f
-
-
-@numba.jit(nopython=True)
 def tag_runners(env, agent, s, p):
     """Each runner in the game checks its nearest tagger (ties to the lower id)."""
     if s.agent_type[env, agent] == 1 or s.still_in_game[env, agent] == 0:
@@ -287,7 +180,8 @@ class TagContinuous(Env):
         self.num_agents = c.num_agents
         self.time_limit = c.episode_length
         observed = c.num_agents - 1 if c.use_full_observation else c.num_other_agents_observed
-        self.obs_dim = FEATURES * observed + 1
+        own = OWN_FEATURES if c.observe_own_state else 0
+        self.obs_dim = FEATURES * observed + own + 1
         if c.continuous_actions:
             self.action_box = Box(low=(c.min_acceleration, c.min_turn),
                                   high=(c.max_acceleration, c.max_turn))
@@ -332,10 +226,32 @@ class TagContinuous(Env):
                           turn_table=action_table(c.min_turn, c.max_turn, c.num_turn_levels))
         return values
 
+    def without_cuda_c(self, spec: KernelSpec, step: bool) -> KernelSpec:
+        """`spec` without its CUDA C kernel where tag_continuous.cu cannot run this config:
+        it writes only the default observation (reset and step) and takes discrete actions
+        (step). `no_cuda_c` names every key that rules it out."""
+        c = self.config
+        keys = [key for key in ("observe_own_state", "observe_in_own_frame") if getattr(c, key)]
+        reasons = [f"config key '{key}' is true, and tag_continuous.cu writes only the "
+                   "default observation" for key in keys]
+        if step and c.continuous_actions:
+            reasons.append("config key 'continuous_actions' is true, and tag_continuous.cu "
+                           "takes discrete actions")
+        if not reasons:
+            return spec
+        return dataclasses.replace(spec, cuda_c=None, cuda_c_dir=None,
+                                   no_cuda_c="; ".join(reasons))
+
+    def reset_kernel_spec(self) -> KernelSpec:
+        """The class's phases, and its CUDA C kernel unless `without_cuda_c` rules it out
+        (the reset observes too)."""
+        return self.without_cuda_c(super().reset_kernel_spec(), step=False)
+
     def step_kernel_spec(self) -> KernelSpec:
         """Discrete mode: the class's phases and CUDA C kernel. Continuous mode: the same
-        kernel with `move_continuous` in place of `move`, and no CUDA C kernel."""
-        spec = super().step_kernel_spec()
+        kernel with `move_continuous` in place of `move`. No CUDA C kernel in continuous
+        mode or with an opt-in observation."""
+        spec = self.without_cuda_c(super().step_kernel_spec(), step=True)
         if not self.config.continuous_actions:
             return spec
         swapped = 0
@@ -349,9 +265,7 @@ class TagContinuous(Env):
                 phases.append(phase)
             sections.append(dataclasses.replace(section, phases=tuple(phases)))
         assert swapped == 1, "the step kernel must hold the move phase exactly once"
-        return dataclasses.replace(spec, sections=tuple(sections), cuda_c=None, cuda_c_dir=None,
-                                   no_cuda_c="config key 'continuous_actions' is true, and "
-                                             "tag_continuous.cu takes discrete actions")
+        return dataclasses.replace(spec, sections=tuple(sections))
 
     render_arrays = ("loc_x", "loc_y", "direction", "still_in_game", "agent_type")
 
@@ -381,6 +295,8 @@ class TagContinuous(Env):
             vmax_runner=f32(c.max_speed * c.skill_level_runner),
             num_observed=np.int32(c.num_other_agents_observed),
             full_observation=np.bool_(c.use_full_observation),
+            own_state=np.bool_(c.observe_own_state),
+            own_frame=np.bool_(c.observe_in_own_frame),
             runner_exits=np.bool_(c.runner_exits_game_after_tagged),
             position_scale=f32(np.sqrt(2.0) * c.grid_length),
             speed_scale=f32(c.max_speed + 1e-10),

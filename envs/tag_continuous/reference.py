@@ -32,6 +32,7 @@ F32 = np.float32
 TWO_PI = F32(2.0 * np.pi)
 ZERO = F32(0.0)
 NUM_FEATURES = 7
+NUM_OWN_FEATURES = 5  # with observe_own_state: x/L, y/L, cos, sin of heading, speed/max_speed
 
 __all__ = ["STATE_KEYS", "TWO_PI", "obs_dim", "action_tables", "action_changes", "observe",
            "step", "TagContinuousConfig"]
@@ -48,8 +49,10 @@ def _num_slots(config) -> int:
 
 
 def obs_dim(config) -> int:
-    """7K+1 for partial observation, 7(N-1)+1 for full observation."""
-    return NUM_FEATURES * _num_slots(config) + 1
+    """7K+1 for partial observation, 7(N-1)+1 for full observation; 5 more with
+    observe_own_state."""
+    own = NUM_OWN_FEATURES if config.observe_own_state else 0
+    return NUM_FEATURES * _num_slots(config) + own + 1
 
 
 def _table(lo, hi, n) -> np.ndarray:
@@ -118,11 +121,13 @@ def _dist(dx, dy):
 # ----------------------------------------------------------------------------
 def _observe_one(config, s, e, i, K, pos_norm, vel_norm, t_frac) -> np.ndarray:
     """Observation row of agent i in replica e (state s, already float32)."""
-    row = np.zeros(NUM_FEATURES * K + 1, dtype=np.float32)
+    row = np.zeros(obs_dim(config), dtype=np.float32)
     if s["still_in_game"][e, i] == 0:
         return row  # out of the game: everything zero, timestep float included
     N = s["loc_x"].shape[1]
     xi, yi = s["loc_x"][e, i], s["loc_y"][e, i]
+    heading = s["direction"][e, i]
+    cos_t, sin_t = F32(np.cos(heading)), F32(np.sin(heading))
 
     if config.use_full_observation:
         # every other agent, in id order, whether or not it is still in the game
@@ -138,9 +143,13 @@ def _observe_one(config, s, e, i, K, pos_norm, vel_norm, t_frac) -> np.ndarray:
         slots = [j for _, j in candidates[:K]]
 
     for k, j in enumerate(slots):
+        dx, dy = F32(s["loc_x"][e, j] - xi), F32(s["loc_y"][e, j] - yi)
+        if config.observe_in_own_frame:  # (forward, left) along the observer's heading
+            dx, dy = (F32(F32(dx * cos_t) + F32(dy * sin_t)),
+                      F32(F32(dy * cos_t) - F32(dx * sin_t)))
         feats = (
-            (s["loc_x"][e, j] - xi) / pos_norm,
-            (s["loc_y"][e, j] - yi) / pos_norm,
+            dx / pos_norm,
+            dy / pos_norm,
             (s["speed"][e, j] - s["speed"][e, i]) / vel_norm,
             (s["acceleration"][e, j] - s["acceleration"][e, i]) / vel_norm,
             (s["direction"][e, j] - s["direction"][e, i]) / TWO_PI,
@@ -149,6 +158,10 @@ def _observe_one(config, s, e, i, K, pos_norm, vel_norm, t_frac) -> np.ndarray:
         )
         for f, value in enumerate(feats):
             row[f * K + k] = F32(value)
+    if config.observe_own_state:  # after the seven blocks, before the timestep
+        L = F32(config.grid_length)
+        own = (xi / L, yi / L, cos_t, sin_t, s["speed"][e, i] / vel_norm)
+        row[NUM_FEATURES * K:NUM_FEATURES * K + NUM_OWN_FEATURES] = [F32(v) for v in own]
     row[-1] = t_frac
     return row
 

@@ -57,7 +57,8 @@ from gpusim.training.speed.graphs import StepGraph
 from gpusim.training.loop import Trainer
 
 ENV = "tag_continuous"
-ENV_CONFIG = {"num_taggers": 10, "num_runners": 100}
+# WarpDrive's game exactly: its observation (the recipe's own-frame option off)
+ENV_CONFIG = {"num_taggers": 10, "num_runners": 100, "observe_in_own_frame": False}
 HIDDEN = (256, 256)
 
 

@@ -52,6 +52,10 @@ C_OF_NUMPY = {np.float32: "float", np.int32: "int", np.bool_: "bool"}
 
 CONFIGS = {
     "small": dict(num_envs=3, num_taggers=3, num_runners=12),
+    "own_state_and_frame": dict(num_envs=3, num_taggers=3, num_runners=12,
+                                observe_own_state=True, observe_in_own_frame=True),
+    "own_frame_full_observation": dict(num_envs=3, num_taggers=2, num_runners=9,
+                                       use_full_observation=True, observe_in_own_frame=True),
     "full_observation": dict(num_envs=3, num_taggers=2, num_runners=9,
                              use_full_observation=True),
     "runners_stay": dict(num_envs=3, num_taggers=3, num_runners=12,
@@ -194,9 +198,12 @@ def test_signature_parser_reads_qualifiers_and_launch_bounds():
 def test_a_kernel_that_does_not_fit_the_env_fails_at_construction(host_backend):
     class Drifted(TagContinuous):
         cuda_c_step = "sampler.cu:sample_actions"
-    with pytest.raises(BackendError, match="sample_actions .*has 10 parameters but is "
-                                           "launched with 44 .*obs, final_obs"):
-        Drifted(num_envs=1, backend=host_backend, config=Drifted.config_class.load())
+    config = Drifted.config_class.load()
+    portable = TagContinuous(num_envs=1, backend="cpu", config=config)
+    launched = len(portable.arrays.views) + len(portable.params())
+    with pytest.raises(BackendError, match=f"sample_actions .*has 10 parameters but is "
+                                           f"launched with {launched} .*obs, final_obs"):
+        Drifted(num_envs=1, backend=host_backend, config=config)
 
 
 def test_env_without_cuda_c_kernel_is_a_clear_error(tmp_path):
@@ -292,7 +299,8 @@ def test_cuda_c_matches_portable_kernels_bit_for_bit(host_backend, name):
 
 
 @pytest.mark.parametrize("name", ["small", "full_observation", "runners_stay",
-                                  "tags_penalties_custom_ids", "two_agents"])
+                                  "tags_penalties_custom_ids", "two_agents",
+                                  "own_state_and_frame"])
 def test_cuda_c_matches_reference(host_backend, name):
     config = dict(CONFIGS[name])
     num_envs = config.pop("num_envs")

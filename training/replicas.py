@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from gpusim.config import require
+
 # keys the rule may set; a key the user gave is left alone
 RULED = ("trainer.rollout_len", "trainer.total_steps", "trainer.num_minibatches")
 
@@ -77,6 +79,7 @@ def follow(config, num_envs: int, given=frozenset(), rollout_len: int | None = N
     """`config` (written for its own num_envs) at `num_envs` replicas per process, with
     what follows them. `given`: dotted keys the user set, which stay as set;
     `rollout_len`: a rollout chosen otherwise (the memory search's), the rest following."""
+    require(num_envs >= 1, "trainer.num_envs", "must be at least 1")
     t, algo = config.trainer, config.algo
     rollout = rollout_len or (t.rollout_len if "trainer.rollout_len" in given
                               else rollout_for(config, num_envs))

@@ -226,32 +226,10 @@ class TagContinuous(Env):
                           turn_table=action_table(c.min_turn, c.max_turn, c.num_turn_levels))
         return values
 
-    def without_cuda_c(self, spec: KernelSpec, step: bool) -> KernelSpec:
-        """`spec` without its CUDA C kernel where tag_continuous.cu cannot run this config:
-        it writes only the default observation (reset and step) and takes discrete actions
-        (step). `no_cuda_c` names every key that rules it out."""
-        c = self.config
-        keys = [key for key in ("observe_own_state", "observe_in_own_frame") if getattr(c, key)]
-        reasons = [f"config key '{key}' is true, and tag_continuous.cu writes only the "
-                   "default observation" for key in keys]
-        if step and c.continuous_actions:
-            reasons.append("config key 'continuous_actions' is true, and tag_continuous.cu "
-                           "takes discrete actions")
-        if not reasons:
-            return spec
-        return dataclasses.replace(spec, cuda_c=None, cuda_c_dir=None,
-                                   no_cuda_c="; ".join(reasons))
-
-    def reset_kernel_spec(self) -> KernelSpec:
-        """The class's phases, and its CUDA C kernel unless `without_cuda_c` rules it out
-        (the reset observes too)."""
-        return self.without_cuda_c(super().reset_kernel_spec(), step=False)
-
     def step_kernel_spec(self) -> KernelSpec:
         """Discrete mode: the class's phases and CUDA C kernel. Continuous mode: the same
-        kernel with `move_continuous` in place of `move`. No CUDA C kernel in continuous
-        mode or with an opt-in observation."""
-        spec = self.without_cuda_c(super().step_kernel_spec(), step=True)
+        kernel with `move_continuous` in place of `move`, and no CUDA C kernel."""
+        spec = super().step_kernel_spec()
         if not self.config.continuous_actions:
             return spec
         swapped = 0
@@ -265,7 +243,9 @@ class TagContinuous(Env):
                 phases.append(phase)
             sections.append(dataclasses.replace(section, phases=tuple(phases)))
         assert swapped == 1, "the step kernel must hold the move phase exactly once"
-        return dataclasses.replace(spec, sections=tuple(sections))
+        return dataclasses.replace(spec, sections=tuple(sections), cuda_c=None, cuda_c_dir=None,
+                                   no_cuda_c="config key 'continuous_actions' is true, and "
+                                             "tag_continuous.cu takes discrete actions")
 
     render_arrays = ("loc_x", "loc_y", "direction", "still_in_game", "agent_type")
 

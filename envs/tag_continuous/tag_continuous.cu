@@ -19,6 +19,7 @@
 #include "gpusim_env_args.cuh"
 
 #define TAG_FEATURES 7  // dx, dy, dspeed, dacceleration, ddirection, is_tagger, still_in_game
+#define TAG_OWN_FEATURES 5  // observe_own_state: x / L, y / L, cos, sin of heading, speed
 
 // float32 constants of the portable kernels (np.float32(2 pi), np.float32(pi / 2))
 #define TAG_TWO_PI 6.28318530717958647692f
@@ -113,15 +114,24 @@ __device__ float squared_distance(const Tag& t, int a, int b)
     return dx * dx + dy * dy;
 }
 
-// Neighbour `other` as column `column` of the seven feature blocks.
-__device__ void write_features(const Tag& t, int other, int column)
+// Neighbour `other` as column `column` of the seven feature blocks; with
+// observe_in_own_frame its offset along the observer's heading (cos_t, sin_t).
+__device__ void write_features(const Tag& t, int other, int column, float cos_t, float sin_t)
 {
     float* row = t.a.obs + t.row * t.obs_dim;
     const long long i = t.row;
     const long long j = t.base + other;
     const int w = t.width;
-    row[column] = (t.a.loc_x[j] - t.a.loc_x[i]) / t.a.position_scale;
-    row[w + column] = (t.a.loc_y[j] - t.a.loc_y[i]) / t.a.position_scale;
+    float dx = t.a.loc_x[j] - t.a.loc_x[i];
+    float dy = t.a.loc_y[j] - t.a.loc_y[i];
+    if (t.a.own_frame) {  // forward, left
+        const float forward = dx * cos_t + dy * sin_t;
+        const float left = dy * cos_t - dx * sin_t;
+        dx = forward;
+        dy = left;
+    }
+    row[column] = dx / t.a.position_scale;
+    row[w + column] = dy / t.a.position_scale;
     row[2 * w + column] = (t.a.speed[j] - t.a.speed[i]) / t.a.speed_scale;
     row[3 * w + column] = (t.a.acceleration[j] - t.a.acceleration[i]) / t.a.speed_scale;
     row[4 * w + column] = (t.a.direction[j] - t.a.direction[i]) / TAG_TWO_PI;
@@ -197,11 +207,16 @@ __device__ void observe(const Tag& t)
             row[k] = 0.0f;
         return;
     }
+    float cos_t = 1.0f, sin_t = 0.0f;  // the heading, where an option reads it
+    if (t.a.own_state || t.a.own_frame) {
+        cos_t = cosf(t.a.direction[t.row]);
+        sin_t = sinf(t.a.direction[t.row]);
+    }
     if (t.a.full_observation) {
         int column = 0;
         for (int other = 0; other < t.num_agents; ++other) {
             if (other != t.agent) {
-                write_features(t, other, column);
+                write_features(t, other, column, cos_t, sin_t);
                 column += 1;
             }
         }
@@ -209,10 +224,18 @@ __device__ void observe(const Tag& t)
         const int count = nearest_in_game(t);
         const int* idx = t.a.nbr_idx + t.row * t.a.num_observed;
         for (int column = 0; column < count; ++column)
-            write_features(t, idx[column], column);
+            write_features(t, idx[column], column, cos_t, sin_t);
         for (int column = count; column < t.width; ++column)
             for (int f = 0; f < TAG_FEATURES; ++f)
                 row[f * t.width + column] = 0.0f;
+    }
+    if (t.a.own_state) {  // the agent itself, before the timestep
+        float* own = row + TAG_FEATURES * t.width;
+        own[0] = t.a.loc_x[t.row] / t.a.grid_length;
+        own[1] = t.a.loc_y[t.row] / t.a.grid_length;
+        own[2] = cos_t;
+        own[3] = sin_t;
+        own[4] = t.a.speed[t.row] / t.a.speed_scale;
     }
     row[t.obs_dim - 1] = (float)t.a.timestep[t.env] / t.a.episode_length_f;
 }
@@ -291,7 +314,7 @@ __device__ Tag bind(const GpusimEnvArgs& args)
                num_agents,
                num_agents - args.num_runners,
                width,
-               TAG_FEATURES * width + 1,
+               TAG_FEATURES * width + (args.own_state ? TAG_OWN_FEATURES : 0) + 1,
                (long long)gpusim_replica() * num_agents,
                gpusim_row()};
 }

@@ -255,13 +255,17 @@ def test_a_search_cap_below_the_config_names_both_keys(tmp_path, capsys):
     assert "'scale.max_num_envs' (16) is below trainer.num_envs (32)" in err
 
 
-def test_the_recipes_target_score_holds_for_its_env_settings(capsys):
+def test_the_recipes_score_settings_hold_for_its_env_settings(capsys):
     from gpusim.envs import env_class
     from gpusim.training.config import load_run_config
     cls = env_class("tag_continuous")
-    assert load_run_config("tag_continuous", cls).trainer.target_score == 120
+    recipe = load_run_config("tag_continuous", cls).trainer
+    assert (recipe.target_score, recipe.score_opponents) == (200, "scripted")
     other = load_run_config("tag_continuous", cls, sets=["env.episode_length=50"])
-    assert other.trainer.target_score is None
+    assert (other.trainer.target_score, other.trainer.score_opponents) == (None, "random")
+    kept = load_run_config("tag_continuous", cls, sets=["env.num_runners=8",
+                                                        "trainer.score_opponents=scripted"])
+    assert kept.trainer.score_opponents == "scripted"
     assert capsys.readouterr().err == ""
     given = load_run_config("tag_continuous", cls, sets=["env.episode_length=50",
                                                          "trainer.target_score=30"])

@@ -296,7 +296,7 @@ def load_run_config(env_name: str, env_class, path=None, overrides: dict | None 
             raise ConfigError(f"--set expects section.key=value, got '{item}'")
         _assign(data, key.strip(), parse_value(raw.strip()))
     _drop_other_algorithms_keys(data["trainer"], recipe_keys, path)
-    _drop_target_for_other_env(data, recipe_keys, recipe_env)
+    _drop_score_for_other_env(data, recipe_keys, recipe_env)
     trainer, algo = split_trainer_section(data["trainer"])
     policy = from_dict(PolicyConfig, data["policy"], section="policy")
     check_policy_keys(policy, trainer.algorithm)
@@ -306,15 +306,18 @@ def load_run_config(env_name: str, env_class, path=None, overrides: dict | None 
                      scale=from_dict(ScaleConfig, data["scale"], section="scale"))
 
 
-def _drop_target_for_other_env(data: dict, recipe_keys: dict, recipe_env: dict):
-    """A recipe's `target_score` holds for the env settings it was written for (a shorter
-    episode or fewer runners moves tag_continuous's survival): with env keys changed on
-    the command line, and no target given there, it is left out (the saved config says
-    so: `target_score: null`)."""
-    target = recipe_keys.get("target_score")
-    if target is not None and data["trainer"].get("target_score") == target \
-            and data["env"] != recipe_env:
-        data["trainer"]["target_score"] = None
+def _drop_score_for_other_env(data: dict, recipe_keys: dict, recipe_env: dict):
+    """A recipe's score settings hold for the env settings it was written for (a shorter
+    episode or fewer runners moves tag_continuous's survival; continuous actions leave
+    its scripted policies nothing to play): with env keys changed on the command line,
+    its `target_score` and `score_opponents`, unless given there too, fall back to the
+    defaults (no target, random opponents; the saved config says so)."""
+    if data["env"] == recipe_env:
+        return
+    for key, default in (("target_score", None), ("score_opponents", "random")):
+        written = recipe_keys.get(key)
+        if written is not None and data["trainer"].get(key) == written:
+            data["trainer"][key] = default
 
 
 def _drop_other_algorithms_keys(trainer: dict, recipe_keys: dict, path):

@@ -290,13 +290,15 @@ def load_run_config(env_name: str, env_class, path=None, overrides: dict | None 
     recipe_keys, recipe_env = dict(data["trainer"]), dict(data["env"])
     for dotted, value in (overrides or {}).items():
         _assign(data, dotted, value)
+    given = set(overrides or {})
     for item in sets or []:
         key, sep, raw = item.partition("=")
         if not sep or "." not in key:
             raise ConfigError(f"--set expects section.key=value, got '{item}'")
         _assign(data, key.strip(), parse_value(raw.strip()))
+        given.add(key.strip())
     _drop_other_algorithms_keys(data["trainer"], recipe_keys, path)
-    _drop_score_for_other_env(data, recipe_keys, recipe_env)
+    _drop_score_for_other_env(data, recipe_keys, recipe_env, given)
     trainer, algo = split_trainer_section(data["trainer"])
     policy = from_dict(PolicyConfig, data["policy"], section="policy")
     check_policy_keys(policy, trainer.algorithm)
@@ -306,7 +308,7 @@ def load_run_config(env_name: str, env_class, path=None, overrides: dict | None 
                      scale=from_dict(ScaleConfig, data["scale"], section="scale"))
 
 
-def _drop_score_for_other_env(data: dict, recipe_keys: dict, recipe_env: dict):
+def _drop_score_for_other_env(data: dict, recipe_keys: dict, recipe_env: dict, given: set):
     """A recipe's score settings hold for the env settings it was written for (a shorter
     episode or fewer runners moves tag_continuous's survival; continuous actions leave
     its scripted policies nothing to play): with env keys changed on the command line,
@@ -315,8 +317,7 @@ def _drop_score_for_other_env(data: dict, recipe_keys: dict, recipe_env: dict):
     if data["env"] == recipe_env:
         return
     for key, default in (("target_score", None), ("score_opponents", "random")):
-        written = recipe_keys.get(key)
-        if written is not None and data["trainer"].get(key) == written:
+        if key in recipe_keys and f"trainer.{key}" not in given:
             data["trainer"][key] = default
 
 

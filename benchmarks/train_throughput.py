@@ -62,10 +62,13 @@ ENV_CONFIG = {"num_taggers": 10, "num_runners": 100, "observe_in_own_frame": Fal
 HIDDEN = (256, 256)
 
 
-def a2c_config(num_envs: int, rollout_len: int, backend: str, graphs: str = "auto",
-               sets: list | None = None):
-    """The side-by-side training config, as gpusim's run config (`sets`: KEY=VALUE more)."""
+def a2c_config(num_envs: int, rollout_len: int, backend: str, iterations: int,
+               graphs: str = "auto", sets: list | None = None):
+    """The side-by-side training config, as gpusim's run config (`sets`: KEY=VALUE more),
+    as long as the run measured (warm-up, timed, profiled), so that `trainer.compile: auto`
+    decides for that run and not for the recipe's."""
     return load_run_config(ENV, env_class(ENV), sets=sets, overrides={
+        "trainer.total_steps": (iterations + 2) * num_envs * rollout_len,
         "trainer.backend": backend, "trainer.algorithm": "a2c", "trainer.update_epochs": 1,
         "trainer.cuda_graphs": graphs,
         "trainer.num_minibatches": 1, "trainer.num_envs": num_envs,
@@ -285,17 +288,20 @@ def main(argv=None) -> int:
         limit = max(r["env_steps_per_s"] for r in rows)  # the best the MLPs reach
     why_no_warpdrive = warpdrive_unavailable()
     for num_envs in sizes:
-        rows.append(gpusim_row("a2c", a2c_config(num_envs, args.rollout_len, args.backend),
+        rows.append(gpusim_row("a2c", a2c_config(num_envs, args.rollout_len, args.backend,
+                                                  args.iterations),
                                context, args.iterations, args.profile))
         show(rows[-1], limit, gpu)
         for variant in args.variant:
             rows.append(gpusim_row(f"a2c, {variant}", a2c_config(
-                num_envs, args.rollout_len, args.backend, sets=variant.split(",")), context,
+                num_envs, args.rollout_len, args.backend, args.iterations,
+                sets=variant.split(",")), context,
                 args.iterations))
             show(rows[-1], limit, gpu)
         if args.eager_too and gpu:
             rows.append(gpusim_row("a2c, no CUDA graphs", a2c_config(
-                num_envs, args.rollout_len, args.backend, "off"), context, args.iterations))
+                num_envs, args.rollout_len, args.backend, args.iterations, "off"), context,
+                args.iterations))
             show(rows[-1], limit, gpu)
         if "warpdrive" not in args.skip and why_no_warpdrive is None:
             rows.append(warpdrive_row(num_envs, args.rollout_len, args.iterations))

@@ -4,6 +4,7 @@
     python benchmarks/time_to_score.py --envs cartpole --seeds 2
     python benchmarks/time_to_score.py --report             # the table and plot of a saved run
     python benchmarks/time_to_score.py --report --write     # and the tables the search reads
+    python benchmarks/time_to_score.py --report --shipped   # plot every shipped table
 
 Each run is `python -m gpusim.train ... --num_envs N` as a user types it (the replica
 rule resizes the recipe: training.replicas), timed whole (start-up, compile and warm-up
@@ -129,22 +130,45 @@ def table(results: list) -> str:
     return "\n".join(lines)
 
 
-def plot(results: list, path: Path):
+def measured_points(results: list, key: str) -> dict:
+    """env -> [(k, summary of `key`)] over the ks measured, where k = 1 is among them."""
+    points = {}
+    for env, (_, _, _, ks, _) in ENVS.items():
+        if cell(results, env, 1):
+            points[env] = [(k, summary(cell(results, env, k), key)) for k in ks
+                           if cell(results, env, k)]
+    return points
+
+
+def shipped_points() -> dict:
+    """env -> [(k, summary)] from the env_steps.yaml tables beside the recipes."""
+    points = {}
+    for env, (name, settings, *_) in ENVS.items():
+        path = Path(__file__).resolve().parent.parent / "envs" / name / "env_steps.yaml"
+        entries = yaml.safe_load(path.read_text())["tables"] if path.exists() else []
+        for entry in entries:
+            if entry["name"] == env:
+                points[env] = [(r["k"], {**r, "censored": 2 * r["reached"] <= r["seeds"]})
+                               for r in entry["rows"]]
+    return points
+
+
+def plot(steps: dict, path: Path, wall: dict | None = None):
+    """E(k) / E(1) per recipe (and, where given, the wall time) against k."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, (steps_ax, wall_ax) = plt.subplots(1, 2, figsize=(10, 3.8))
-    for n, (env, (_, _, _, ks, _)) in enumerate(ENVS.items()):
-        base = cell(results, env, 1)
-        if not base:
-            continue
-        e1 = summary(base, "env_steps")["median"]
-        points = [(k, summary(cell(results, env, k), "env_steps")) for k in ks
-                  if cell(results, env, k)]
-        xs = [k for k, _ in points]
-        for ax, key in ((steps_ax, "env_steps"), (wall_ax, "wall_s")):
-            s = [summary(cell(results, env, k), key) for k in xs]
-            scale = e1 if key == "env_steps" else 1.0
+    panels = [("E(k) / E(1): env steps to the score", steps, True)]
+    if wall:
+        panels.append(("wall s to the score (2-core CPU)", wall, False))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.8), squeeze=False)
+    for ax, (title, points, relative) in zip(axes[0], panels):
+        for n, env in enumerate(ENVS):
+            if env not in points:
+                continue
+            xs = [k for k, _ in points[env]]
+            s = [v for _, v in points[env]]
+            scale = dict(points[env])[1]["median"] if relative else 1.0
             mid = [v["median"] / scale for v in s]
             err = [[(v["median"] - v["low"]) / scale for v in s],
                    [(v["high"] - v["median"]) / scale for v in s]]
@@ -152,10 +176,9 @@ def plot(results: list, path: Path):
             for x, v, m in zip(xs, s, mid):
                 if v["censored"]:
                     ax.scatter([x], [m], marker="^", s=60, color=f"C{n}")
-    steps_ax.axhline(2, color="grey", lw=0.8, ls=":")
-    steps_ax.axhline(1.25, color="grey", lw=0.8, ls=":")
-    for ax, title in ((steps_ax, "E(k) / E(1): env steps to the score"),
-                      (wall_ax, "wall s to the score (2-core CPU)")):
+        if relative:
+            ax.axhline(2, color="grey", lw=0.8, ls=":")
+            ax.axhline(1.25, color="grey", lw=0.8, ls=":")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("k: replicas, x the recipe's (the replica rule)")
@@ -197,12 +220,15 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--envs", nargs="+", choices=tuple(ENVS), default=tuple(ENVS))
     parser.add_argument("--seeds", type=int, help="seeds per cell (default: each env's)")
-    parser.add_argument("--ks", nargs="+", type=float, help="default: each env's")
+    parser.add_argument("--ks", nargs="*", type=float,
+                        help="default: each env's; none given: only the --objectives")
     parser.add_argument("--objectives", nargs="*", choices=OBJECTIVES, default=OBJECTIVES)
     parser.add_argument("--out", default="time_to_score.json")
     parser.add_argument("--plot", default="docs/images/time_to_score.png")
     parser.add_argument("--report", action="store_true", help="only the table and plot")
     parser.add_argument("--write", action="store_true", help="write the env_steps.yaml tables")
+    parser.add_argument("--shipped", action="store_true",
+                        help="plot the E(k) tables shipped beside the recipes instead")
     args = parser.parse_args()
     path = Path(args.out)
     results = json.loads(path.read_text()) if path.exists() else []
@@ -210,7 +236,8 @@ def main():
         print(machine(), flush=True)
         for env in args.envs:
             _, _, _, ks, seeds = ENVS[env]
-            cells = [(k, None) for k in (args.ks or ks)] + [(None, o) for o in args.objectives]
+            ks = ks if args.ks is None else args.ks
+            cells = [(k, None) for k in ks] + [(None, o) for o in args.objectives]
             for k, objective in cells:
                 for seed in range(args.seeds or seeds):
                     if any(r["seed"] == seed for r in cell(results, env, k, objective)):
@@ -220,7 +247,11 @@ def main():
                     results.append(result)
                     path.write_text(json.dumps(results, indent=1))
     print(table(results))
-    plot(results, Path(args.plot))
+    if args.shipped:  # every recipe's shipped E(k), whatever this file holds
+        plot(shipped_points(), Path(args.plot))
+    else:
+        plot(measured_points(results, "env_steps"), Path(args.plot),
+             measured_points(results, "wall_s"))
     print(f"plot: {args.plot}")
     if args.write:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,

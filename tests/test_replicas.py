@@ -61,6 +61,22 @@ def test_the_line_says_what_followed():
         "num_envs 32 -> 128: rollout_len 64 -> 16 (the recipe's batch), total_steps kept"
 
 
+def test_a_scored_envs_evaluation_replicas_follow_up_to_its_window():
+    """tag_continuous's score is measured on evaluation replicas stepping one rollout chunk
+    per iteration: they grow with k (up to the score's window), so the window fills in the
+    recipe's env steps; an env scored by its return has none to follow."""
+    base = recipe("tag_continuous")
+    assert base.trainer.score_envs == 8 and base.trainer.score_window == 32
+    sizes = {n: follow(base, n).config.trainer.score_envs for n in (4, 16, 32, 64, 1024)}
+    assert sizes == {4: 2, 16: 8, 32: 16, 64: 32, 1024: 32}
+    assert "score_envs 8 -> 32 (the score's evaluation replicas, up to its window)" in \
+        follow(base, 64).line()
+    assert follow(base, 64, frozenset({"trainer.score_envs"})).config.trainer.score_envs == 8
+    off = recipe("tag_continuous", "trainer.score_envs=0")
+    assert follow(off, 256).config.trainer.score_envs == 0
+    assert follow(recipe(), 512).config.trainer.score_envs == recipe().trainer.score_envs
+
+
 def test_keys_the_user_gave_stay_as_given():
     base = recipe("cartpole", "trainer.rollout_len=32")
     given = frozenset({"trainer.rollout_len", "trainer.total_steps"})

@@ -68,7 +68,8 @@ class TrainerConfig:
                                         # score_window evaluation episodes; an env that
                                         # names no score: every policy's return, as above
     score_envs: int = 8            # evaluation replicas for an env's score (gpusim.score),
-                                   # stepped beside training; 0: no score measured
+                                   # stepped beside training; 0: no score measured (the
+                                   # replica rule grows them with num_envs: training.replicas)
     score_every: int = 1           # iterations between their chunks of rollout_len steps
                                    # (counted, not timed: a seed gives the same run anywhere)
     score_opponents: str = "random"  # what the sides the score does not train play there:

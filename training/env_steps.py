@@ -28,7 +28,7 @@ from gpusim.config import load_yaml
 FILE = "env_steps.yaml"
 # keys that may differ between a run and its table: the sizes the rule sets ...
 SIZE_KEYS = ("num_envs", "rollout_len", "total_steps", "num_minibatches", "max_minibatch_rows",
-             "league_snapshot_every")
+             "league_snapshot_every", "score_envs")
 # ... and what neither changes learning per env step nor is a learning setting
 SPEED_KEYS = ("seed", "backend", "compile", "cuda_graphs", "precision", "checkpoint_every",
               "keep_snapshots", "final_eval_episodes", "torch_threads", "noise_scale_every")

@@ -12,6 +12,11 @@ minibatch (rows per gradient step) and its gradient steps per env step, and
 3. keeps the learning rate and the epochs, and the recipe's iterations: `total_steps`
    grows with the batch past the floor (a cap, not a target: the run stops at its
    score), so a recipe that anneals its learning rate anneals it as the recipe does.
+4. where the env names a score (gpusim.score), grows its evaluation replicas with the
+   training's (`trainer.score_envs` x k, up to `trainer.score_window`): they step one chunk
+   of rollout_len per iteration, so with the rollout cut to the floor a round of episodes
+   spans more env steps, and the window then fills in fewer rounds (tag_continuous's
+   score, at 16x its replicas, had stopped no sooner than 500 iterations).
 A2C takes one gradient step per rollout: past the floor that step averages the larger
 batch. The off-policy learners already count per env step (`replay_ratio` gradient steps
 per env step of `batch_size` rows): only their rollout follows, to hold the env steps
@@ -26,7 +31,8 @@ from dataclasses import dataclass, replace
 from gpusim.config import require
 
 # keys the rule may set; a key the user gave is left alone
-RULED = ("trainer.rollout_len", "trainer.total_steps", "trainer.num_minibatches")
+RULED = ("trainer.rollout_len", "trainer.total_steps", "trainer.num_minibatches",
+         "trainer.score_envs")
 
 
 @dataclass(frozen=True)
@@ -97,12 +103,28 @@ def follow(config, num_envs: int, given=frozenset(), rollout_len: int | None = N
             algo_sizes["num_minibatches"] = wanted
             changes["num_minibatches"] = (algo.num_minibatches, wanted)
             why["num_minibatches"] = "the recipe's minibatch"
+    score_envs = t.score_envs
+    if "trainer.score_envs" not in given and t.score_envs > 0 and _scored(config):
+        score_envs = max(1, min(round(t.score_envs * num_envs / t.num_envs),
+                                max(t.score_envs, t.score_window)))
+        if score_envs != t.score_envs:
+            changes["score_envs"] = (t.score_envs, score_envs)
+            why["score_envs"] = "the score's evaluation replicas, up to its window"
     total = t.total_steps
     if ratio > 1 and "trainer.total_steps" not in given:
         total = round(t.total_steps * ratio)
         changes["total_steps"] = (t.total_steps, total)
         why["total_steps"] = f"the recipe's {t.num_iterations():,} iterations"
     resized = replace(config, trainer=replace(t, num_envs=num_envs, rollout_len=rollout,
-                                              total_steps=total),
+                                              total_steps=total, score_envs=score_envs),
                       algo=replace(algo, **algo_sizes))
     return Followed(resized, changes, why)
+
+
+def _scored(config) -> bool:
+    """Whether the run's env names a score measured on evaluation replicas."""
+    from gpusim.envs import env_class
+    try:
+        return env_class(config.env_name).score is not None
+    except Exception:  # noqa: BLE001 - an env that does not import here: nothing to follow
+        return False

@@ -137,9 +137,12 @@ def plot(rated: dict, sides: list, title: str, path, over_training: bool) -> str
     if over_training:
         ax.set_xlabel("update the snapshot was taken at (star: the final network)")
     else:
-        labels = [r["label"] for r in rated["players"][sides[0]]]
+        # one tick per position; where the sides' players differ (a panel's chaser and
+        # fleer), both names
+        per_side = [[r["label"] for r in rated["players"][side]] for side in sides]
+        labels = [" / ".join(dict.fromkeys(names)) for names in zip(*per_side)]
         ax.set_xticks(range(len(labels)), labels)
-        ax.set_xlabel("run")
+        ax.set_xlabel("run (or panel player: " + " / ".join(sides) + ")")
     ax.set(ylabel="Bradley-Terry rating (Elo points, 95% interval)", title=title)
     ax.axhline(0.0, color="gray", linewidth=0.5)
     ax.grid(alpha=0.3)

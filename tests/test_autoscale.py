@@ -378,6 +378,21 @@ def test_search_starts_at_the_config_and_trials_compile_nothing_new():
     assert any(line.startswith("search 1 stopped: ") for line in lines)
 
 
+def test_a_run_with_a_target_score_searches_without_one(capsys):
+    """The search's trials (and its noise-scale run) time training alone, with no score
+    replicas: a run with a target score (the tag recipe's) searches, and keeps its target."""
+    from gpusim.scale.device import DeviceContext
+    from gpusim.training.autoscale.search import AutoScale
+    cls, config = tiny_tag(**{"scale.objective": "time_to_score", "scale.max_num_envs": 8,
+                              "trainer.target_score": 15.0})
+    context = DeviceContext()
+    context.bind("cpu", quiet=True)
+    lines = []
+    picked = AutoScale(config, cls, context, log=lines.append).run()
+    assert picked.trainer.target_score == 15.0 and picked.trainer.score_envs > 0
+    assert any("noise scale" in line for line in lines), lines
+
+
 class CudaAPIError(Exception):
     """Stands in for numba's launch error (matched by class name and code)."""
 

@@ -51,7 +51,8 @@ def noise_model(config, recipe, noise_scale: float):
 def measured_noise_scale(config, env_class, context) -> float:
     """B_noise from a short run of the recipe measuring it at every iteration (the
     largest over its policies: the most data-hungry decides)."""
-    trial = replace(config, trainer=replace(config.trainer, compile="off", score_envs=0),
+    trial = replace(config, trainer=replace(config.trainer, compile="off", score_envs=0,
+                                            target_score=None),
                     algo=replace(config.algo, noise_scale_every=1))
     trainer = Trainer(trial, env_class, context.alone())
     found = {}

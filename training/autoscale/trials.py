@@ -32,7 +32,8 @@ def training_trial(resize, env_class, context, seconds: float, same_iterations=F
 
     def body(value: int) -> dict:
         config = resize(value)  # (no score replicas: the trial times training alone)
-        config = replace(config, trainer=replace(config.trainer, compile="off", score_envs=0))
+        config = replace(config, trainer=replace(config.trainer, compile="off", score_envs=0,
+                                                 target_score=None))
         before = compiles_so_far()
         trainer = Trainer(config, env_class, context.alone())
         if first:

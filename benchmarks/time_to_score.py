@@ -48,7 +48,7 @@ ENVS = {
     # 3 taggers and 8 runners, scored by the runners' side (random taggers hold trained
     # runners about 350 steps, random ones about 310)
     "tag_continuous_3+8": ("tag_continuous", TAG_3_8, 16, (0.25, 1, 4, 16, 64), 5),
-    "tag_continuous": ("tag_continuous", {}, 16, (1, 4, 16), 3),
+    "tag_continuous": ("tag_continuous", {}, 16, (1, 4, 16, 64), 3),
     "pendulum": ("pendulum", {}, 64, (0.25, 1, 4, 16, 64), 5),
 }
 OBJECTIVES = ("time_to_score", "throughput")

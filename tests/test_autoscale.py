@@ -279,7 +279,7 @@ def test_throughput_objective_run_reports_every_trial_and_its_speedup(tmp_path, 
     report = config["auto_scale_report"]
     assert report["objective"] == "throughput"
     assert config["trainer"]["num_envs"] == report["num_envs"]
-    assert config["trainer"]["rollout_len"] == report["rollout_len"] == 20  # floor capped
+    assert config["trainer"]["rollout_len"] == report["rollout_len"] == 8  # given: kept as given
     (base,) = report["trials"]["baseline"]
     assert base["value"] == 4 and base["ok"] and base["info"]["env_steps_per_s"] > 0
     trials = {t["value"]: t for t in report["trials"]["num_envs"]}

@@ -225,14 +225,14 @@ def last_metrics(runs: Path) -> dict:
 
 def run_sweep(dry: bool) -> list:
     """The tag_continuous recipe at fixed replica counts, as auto-scale's trials measure them
-    (minibatches following the batch), each for SWEEP_SECONDS."""
+    (resized by the replica rule, training.replicas), each for SWEEP_SECONDS."""
     from dataclasses import replace
     from gpusim.envs import env_class
     from gpusim.scale.device import DeviceContext
-    from gpusim.training.autoscale.search import following_batch, with_sizes
     from gpusim.training.autoscale.trials import measure_training
     from gpusim.training.config import load_run_config
     from gpusim.training.loop import Trainer
+    from gpusim.training.replicas import follow
     cls = env_class("tag_continuous")
     backend = "cudasim" if dry else "auto"
     config = load_run_config("tag_continuous", cls, overrides={"trainer.backend": backend})
@@ -240,10 +240,9 @@ def run_sweep(dry: bool) -> list:
         return []
     context = DeviceContext()
     context.bind(backend, quiet=True)
-    agents = max(len(ids) for ids in cls(1, backend=context.backend).policies.values())
     rows = []
     for num_envs in SWEEP:
-        sized = following_batch(with_sizes(config, num_envs=num_envs), config, agents)
+        sized = follow(config, num_envs).config
         sized = replace(sized, trainer=replace(sized.trainer, compile="off"))
         try:
             measured = measure_training(Trainer(sized, cls, context), seconds=SWEEP_SECONDS)

@@ -356,17 +356,22 @@ def tiny_tag(**overrides):
         "scale.objective": "throughput", **overrides})
 
 
-def test_search_starts_at_the_config_and_trials_compile_nothing_new():
-    """Trials run uncompiled (even where the run compiles): after the first trial, no trial
-    builds a kernel or compiles a graph; and the search never goes below the config."""
+def searched_tiny_tag(**overrides) -> tuple:
+    """(the config AutoScale picks for tiny_tag(**overrides) on the CPU, its log lines)."""
     from gpusim.scale.device import DeviceContext
     from gpusim.training.autoscale.search import AutoScale
-    cls, config = tiny_tag(**{"trainer.compile": "on", "scale.max_num_envs": 16,
-                              "scale.min_rollout_len": 8})
+    cls, config = tiny_tag(**overrides)
     context = DeviceContext()
     context.bind("cpu", quiet=True)
     lines = []
-    picked = AutoScale(config, cls, context, log=lines.append).run()
+    return AutoScale(config, cls, context, log=lines.append).run(), lines
+
+
+def test_search_starts_at_the_config_and_trials_compile_nothing_new():
+    """Trials run uncompiled (even where the run compiles): after the first trial, no trial
+    builds a kernel or compiles a graph; and the search never goes below the config."""
+    picked, lines = searched_tiny_tag(**{"trainer.compile": "on", "scale.max_num_envs": 16,
+                                         "scale.min_rollout_len": 8})
     report = picked.auto_scale_report
     trials = report["trials"]["num_envs"]
     assert trials[0]["value"] == 4 == report["trials"]["baseline"][0]["value"]
@@ -381,14 +386,8 @@ def test_search_starts_at_the_config_and_trials_compile_nothing_new():
 def test_a_run_with_a_target_score_searches_without_one(capsys):
     """The search's trials (and its noise-scale run) time training alone, with no score
     replicas: a run with a target score (the tag recipe's) searches, and keeps its target."""
-    from gpusim.scale.device import DeviceContext
-    from gpusim.training.autoscale.search import AutoScale
-    cls, config = tiny_tag(**{"scale.objective": "time_to_score", "scale.max_num_envs": 8,
-                              "trainer.target_score": 15.0})
-    context = DeviceContext()
-    context.bind("cpu", quiet=True)
-    lines = []
-    picked = AutoScale(config, cls, context, log=lines.append).run()
+    picked, lines = searched_tiny_tag(**{"scale.objective": "time_to_score",
+                                         "scale.max_num_envs": 8, "trainer.target_score": 15.0})
     assert picked.trainer.target_score == 15.0 and picked.trainer.score_envs > 0
     assert any("noise scale" in line for line in lines), lines
 

@@ -22,7 +22,7 @@ def packages() -> list:
 
 setup(
     name="gpusim",
-    version="0.1.0",
+    version="0.2.0",
     description="Massively parallel multi-agent RL environments as GPU (or CPU) kernels, "
                 "with PyTorch training on device-resident data.",
     python_requires=">=3.10",

@@ -32,7 +32,7 @@ from .autoscale.search import auto_scale
 from .config import config_reference, load_run_config, load_run_dir_config, recipe_path
 from .loop import Trainer
 from .population import members as population
-from .records import checkpoint
+from .records import checkpoint, migrations
 from .records.logger import CompileReport, RunLogger, new_run_dir
 from .signals import Stopped
 from .speed.acceleration import resolve_precision
@@ -199,12 +199,18 @@ def worker(args) -> int:
 
 def open_run_dir(args, config, context) -> tuple:
     """(run directory, its RunLogger): a new directory, or the one resumed, locked first (a
-    second process must not touch a run in use), with the resolved config written in it."""
+    second process must not touch a run in use), with the resolved config written in it
+    (a resumed run's of an older format kept in RUN_DIR/format<N>/)."""
     run_dir = Path(args.resume) if args.resume else \
         new_run_dir(args.results_dir, config.env_name, config.trainer.seed)
     logger = RunLogger(run_dir, config.trainer.num_iterations(context.world_size),
                        quiet=args.quiet)
     try:
+        if args.resume:  # an older run's config.yaml is rewritten in today's format: kept
+            saved = run_dir / "config.yaml"
+            fmt = migrations.config_format(load_yaml(saved), saved)
+            if fmt < migrations.FORMAT:
+                migrations.keep_original(run_dir, fmt, saved)
         with writing(run_dir / "config.yaml"):
             config.dump(run_dir / "config.yaml")
     except BaseException:

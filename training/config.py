@@ -21,6 +21,7 @@ from gpusim.errors import ConfigError
 from gpusim.scale.config import ScaleConfig
 
 from .population import members as population
+from .records import migrations
 from .speed.acceleration import COMPILE_MODES, PRECISIONS
 from .speed.graphs import MODES as GRAPH_MODES
 
@@ -181,7 +182,10 @@ class RunConfig:
         return out
 
     def dump(self, path: Path):
-        atomic_write(path, yaml.safe_dump(_plain(self.to_dict()), sort_keys=False))
+        """config.yaml: its writer's run format and version (training.records.migrations),
+        then every key."""
+        atomic_write(path, yaml.safe_dump(_plain({**migrations.record(), **self.to_dict()}),
+                                          sort_keys=False))
 
 
 SECTIONS = ("env", "trainer", "policy", "scale")
@@ -269,14 +273,17 @@ def recipe_path(env_class, algorithm: str | None = None) -> Path | None:
 
 
 def load_run_config(env_name: str, env_class, path=None, overrides: dict | None = None,
-                    sets: list | None = None) -> RunConfig:
+                    sets: list | None = None, data: dict | None = None) -> RunConfig:
     """Resolve a run's config: defaults, the file (default: the env's recipe), flags, --set.
 
     `overrides` maps "section.key" to values from the CLI flags; `sets` are
-    "section.key=value" strings. Unknown sections and keys are errors.
+    "section.key=value" strings. Unknown sections and keys are errors. `data`: the
+    file's mapping, already read (a run directory's, upgraded to today's format).
     """
     path = path or recipe_path(env_class)
-    data = {} if path is None else load_yaml(path)  # no recipe: all defaults
+    if data is None:
+        data = {} if path is None else _read_config_file(path)  # no recipe: all defaults
+    data = dict(data)
     data.pop("env_name", None)
     data.pop("auto_scale_report", None)  # records of a past search and resizing, not
     data.pop("replica_rule", None)       # settings
@@ -341,24 +348,40 @@ def _drop_other_algorithms_keys(trainer: dict, recipe_keys: dict, path):
               f"{', '.join(dropped)} do not apply", file=sys.stderr)
 
 
+def _read_config_file(path) -> dict:
+    """A config file's mapping: a run's saved config.yaml of an older format upgraded (with
+    one line), a file without a format (a recipe, one's own) as written."""
+    data = load_yaml(path)
+    if "format" not in data:
+        migrations.refuse_removed(data, path)
+        return data
+    data, fmt, changes = migrations.upgrade_config(data, path)
+    migrations.tell(path, fmt, changes)
+    return data
+
+
 def load_run_dir_config(run_dir, overrides: dict | None = None):
-    """(env class, RunConfig) of a run directory, from the config.yaml it saved."""
+    """(env class, RunConfig) of a run directory, from the config.yaml it saved: one
+    written by an older gpusim is read as today's (training.records.migrations)."""
     from gpusim.envs import env_class
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
         raise ConfigError(f"{run_dir} is not a run directory (no config.yaml)")
-    name = load_yaml(path).get("env_name")
+    saved, fmt, changes = migrations.upgrade_config(load_yaml(path), path)
+    name = saved.get("env_name")
     if not name:
         raise ConfigError(f"{path} names no env (env_name)")
     cls = env_class(name)
-    config = load_run_config(name, cls, path=path, overrides=overrides)
-    check_complete(load_yaml(path), config, path)
+    migrations.tell(run_dir, fmt, changes)
+    config = load_run_config(name, cls, path=path, overrides=overrides, data=saved)
+    check_complete(saved, config, path)
     return cls, config
 
 
 def check_complete(saved: dict, config: RunConfig, path):
-    """A run's saved config.yaml holds every key it ran with: a damaged one (truncated, a
-    line lost) is refused rather than filled in with defaults, which would change the run."""
+    """A run's saved config.yaml (upgraded to today's format) holds every key it ran with:
+    a damaged one (truncated, a line lost) is refused rather than filled in with defaults,
+    which would change the run."""
     for section, values in config.to_dict().items():
         if section in ("auto_scale_report", "replica_rule"):
             continue

@@ -31,14 +31,13 @@ from gpusim.scale.device import DeviceContext
 from .algorithms import algorithm_class
 from .config import RunConfig
 from .population import members as population
-from .records import checkpoint
+from .records import checkpoint, migrations
 from .score import SCORE_KEY, RunScore
 from .signals import Stopped, stop_requests
 from .timing import SectionTimer
 from .work import run_work
 
 RECENT_EPISODES = 100
-CHECKPOINT_FORMAT = 2  # the layout of a checkpoint: loop state, "algorithm", "ranks"
 CHECKPOINT_KEYS = ("format", "iteration", "env_steps", "elapsed_s", "episodes",
                    "recent_returns", "torch_rng", "algorithm", "ranks")
 
@@ -284,7 +283,7 @@ class Trainer:
         if self.rank != 0:
             return None
         return {
-            "format": CHECKPOINT_FORMAT,
+            **migrations.record(),
             "iteration": self.iteration, "env_steps": self.env_steps,
             "elapsed_s": self.elapsed_s, "episodes": self.episodes,
             "recent_returns": {k: list(v) for k, v in self.recent.items()},
@@ -318,9 +317,9 @@ class Trainer:
                               f"'s trained networks only (written by evaluate for "
                               f"{held.get('run')}), no training state: it cannot resume; "
                               "start a new run with its config")
-        if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-            raise GpusimError("the checkpoint was not written by this version of gpusim's "
-                              "trainer (its layout differs); start the run again")
+        if not isinstance(state, dict) or state.get("format") != migrations.FORMAT:
+            raise GpusimError("the checkpoint is not in this gpusim's run format (read it with "
+                              "training.records.checkpoint.load_latest, which upgrades it)")
         missing = [k for k in CHECKPOINT_KEYS if k not in state]
         if missing:
             raise GpusimError(f"the checkpoint lacks {', '.join(missing)}: it is damaged")

@@ -81,11 +81,12 @@ class RunScore:
 
     def load_state_dict(self, state: dict | None):
         """A checkpoint's last episodes and the replicas where they were (one written
-        before scores were kept: none; before their replicas were kept: those restart)."""
+        before scores were kept: none; before their replicas were kept, run format 1:
+        those restart)."""
         if state:
             self.recent.extend(state["recent"])
             self.episodes = state["episodes"]
-            if "monitor" in state:
+            if state["monitor"] is not None:
                 self.monitor.load_state_dict(state["monitor"])
 
 

@@ -1,4 +1,5 @@
-"""Checkpoints: atomic writes, `weights_only=True` loads, the latest one found by name."""
+"""Checkpoints: atomic writes, `weights_only=True` loads, the latest one found by name; each
+records its run format, and one of an older format is read as today's (.migrations)."""
 from __future__ import annotations
 
 import os
@@ -9,6 +10,8 @@ from pathlib import Path
 import torch
 
 from gpusim.errors import GpusimError, describe, writing
+
+from . import migrations
 
 PATTERN = re.compile(r"^checkpoint_(\d{6})\.pt$")
 KEEP = 3
@@ -28,7 +31,9 @@ def save(directory: Path, iteration: int, payload: dict):
 
 def write_atomic(final: Path, payload: dict) -> Path:
     """torch.save to `final` through a temp file beside it (fsync, rename): a kill or a
-    full disk leaves the previous file, or none, never half of one."""
+    full disk leaves the previous file, or none, never half of one. The payload records
+    its writer's run format and version."""
+    payload = {**payload, **migrations.record()}
     temp = final.parent / f".{final.name}.tmp"
     with writing(final, cleanup=lambda: temp.unlink(missing_ok=True)):
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -56,7 +61,8 @@ def list_checkpoints(directory: Path) -> list:
 
 
 def load_latest(directory: Path, warn=None) -> dict:
-    """The newest checkpoint that loads; a corrupt newer one is skipped with a warning."""
+    """The newest checkpoint that loads, in today's format; a corrupt newer one is skipped
+    with a warning."""
     warn = warn or (lambda line: print(line, file=sys.stderr, flush=True))
     checkpoints = list_checkpoints(directory)
     if not checkpoints:
@@ -72,7 +78,7 @@ def load_latest(directory: Path, warn=None) -> dict:
             continue
         if not isinstance(state, dict):
             raise GpusimError(f"{path} is not a gpusim checkpoint")
-        return state
+        return migrations.upgrade_checkpoint(state, path)[0]
     raise GpusimError(f"no loadable checkpoint in {directory} ({'; '.join(errors)})")
 
 

@@ -4,6 +4,9 @@
 Packages and their data files are found by pattern, so a new env folder under
 `envs/` (with its README, recipe and kernels) needs no change here.
 """
+import re
+from pathlib import Path
+
 from setuptools import find_packages, setup
 
 ROOTS = {"gpusim": "gpusim", "gpusim.envs": "envs", "gpusim.training": "training",
@@ -22,7 +25,8 @@ def packages() -> list:
 
 setup(
     name="gpusim",
-    version="0.2.0",
+    version=re.search(r'__version__ = "(.+)"',
+                      (Path(__file__).parent / "gpusim" / "version.py").read_text()).group(1),
     description="Massively parallel multi-agent RL environments as GPU (or CPU) kernels, "
                 "with PyTorch training on device-resident data.",
     python_requires=">=3.10",

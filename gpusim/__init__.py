@@ -18,7 +18,7 @@ from gpusim.errors import ArrayError, BackendError, ConfigError, GpusimError
 from gpusim.kernels import KernelSpec, Phase, Section, agent_phase, env_phase
 from gpusim.sampler import ActionSampler
 
-__version__ = "0.2.0"
+from gpusim.version import __version__
 
 _FROM_ENVS = ("make", "register", "env_names")
 

@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpusim import __version__
+from gpusim.version import __version__
 from gpusim.errors import ConfigError, GpusimError, writing
 
 

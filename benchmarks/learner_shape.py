@@ -5,13 +5,16 @@
 
 A tiny solo cartpole PPO run (cpu backend, 8 replicas x 32 steps, compile and CUDA
 graphs off, as they resolve on the CPU) is built and trained for one iteration; the
-second iteration runs under `sys.setprofile`, Python frames only. It prints:
+second, amid the run (no checkpoint due), runs under `sys.setprofile`, Python frames
+only. It prints:
 
 - the depth: at the first gradient computation (`Tensor.backward`,
   `torch.autograd.backward` or `torch.autograd.grad`), the gpusim frames on the stack
   from the loop's `Trainer.train` (counted as 1) down to the caller of that function;
 - the breadth: the distinct gpusim functions called in that whole iteration (rollout,
-  update, bookkeeping), and the files they are in;
+  update, bookkeeping: `Trainer._train_one`), and the files they are in; counted both
+  with and without the code objects of lambdas, comprehensions and generator
+  expressions (Python 3.12 inlines comprehensions: they are no functions there);
 - whether any of them lies under training/league/ or training/population/.
 
 A gpusim frame is one whose file lies inside the imported gpusim package.
@@ -26,18 +29,21 @@ def main():
     import torch
 
     import gpusim
+    import gpusim.envs
+    import gpusim.training
     from gpusim.envs import env_class
     from gpusim.training.config import load_run_config
     from gpusim.training.loop import Trainer
-    root = Path(gpusim.__file__).resolve().parent
-    roots = [root, *(p.resolve() for p in (root / "envs", root / "training") if p.exists())]
+    # the package's folders (installed, envs/ and training/ may lie elsewhere)
+    roots = {name: Path(module.__file__).resolve().parent for name, module in (
+        ("gpusim", gpusim), ("envs", gpusim.envs), ("training", gpusim.training))}
 
     def ours(filename: str) -> str | None:
-        """The file's path from the package's parent folder, where it is gpusim's."""
+        """The file's path as `folder/...`, where it is gpusim's."""
         path = Path(filename).resolve()
-        for r in roots:
-            if path.is_relative_to(r):
-                return str(path.relative_to(r.parent))
+        for name, root in roots.items():
+            if path.is_relative_to(root):
+                return f"{name}/{path.relative_to(root)}"
         return None
 
     cls = env_class("cartpole")
@@ -46,9 +52,18 @@ def main():
         "trainer.total_steps=100000", "trainer.torch_threads=1", "trainer.compile=off",
         "trainer.cuda_graphs=off"])
     trainer = Trainer(config, cls)
-    trainer.num_iterations = trainer.iteration + 1
-    trainer.train()  # the first iteration: whatever is made once
-    trainer.num_iterations += 1
+    one, traced = trainer._train_one, []
+
+    def only_one(stop_requested):  # an iteration amid the run (no final checkpoint), then out
+        if traced:
+            sys.setprofile(profile)
+        try:
+            stopping = one(stop_requested)
+        finally:
+            sys.setprofile(None)
+        trainer.num_iterations = trainer.iteration
+        return stopping
+    trainer._train_one = only_one
 
     functions, depth = set(), None
     gradient_calls = {("_tensor.py", "backward"), ("__init__.py", "backward"),
@@ -75,13 +90,12 @@ def main():
                 f = f.f_back
             depth = list(reversed(stack))
 
-    sys.setprofile(profile)
-    try:
-        trainer.train()
-    finally:
-        sys.setprofile(None)
+    trainer.train()  # the first iteration: whatever is made once
+    traced.append(True)
+    trainer.num_iterations = 10**6
+    trainer.train()  # the second, traced
     files = sorted({f for f, _ in functions})
-    print(f"gpusim {gpusim.__version__} at {root.parent}")
+    print(f"gpusim {gpusim.__version__}")
     print(f"depth from Trainer.train to the gradient call: {len(depth or [])} gpusim frames")
     for line in depth or []:
         print(f"  {line}")
@@ -89,7 +103,7 @@ def main():
     print(f"one iteration: {len(functions)} distinct gpusim functions in {len(files)} files "
           f"({len(named)} of them named: no lambda, comprehension or generator expression)")
     for f in files:
-        print(f"  {f}: {sum(1 for g, _ in functions if g == f)}")
+        print(f"  {f}: {', '.join(sorted(n for g, n in functions if g == f))}")
     league = [f for f in files if "/league/" in f or "/population/" in f]
     print(f"under league/ or population/: {', '.join(league) or 'none'}")
     del torch

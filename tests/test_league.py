@@ -35,12 +35,12 @@ def test_a_snapshot_acts_as_the_policy_it_froze():
         frozen = {}
         assert [p.name for p in algorithm.policies] == ["tagger", "runner"]
         for p in algorithm.policies:
-            assert p.continuous == bool(extra)  # each kind of head, as configured
+            assert p.spec.continuous == bool(extra)  # each kind of head, as configured
             pool = algorithm.league.pools[p.name]
             assert pool.filled.tolist()[:2] == [True, True] and pool.born[:2] == [0, 1]
             obs = torch.randn(5, p.spec.num_agents, p.spec.obs_dim)
             slots = torch.ones(5, dtype=torch.long)
-            if p.continuous:
+            if p.spec.continuous:
                 mine = p.model.sample(obs, deterministic=True)
                 theirs = pool.act("sample", slots, obs, True)
             else:
@@ -52,7 +52,7 @@ def test_a_snapshot_acts_as_the_policy_it_froze():
                 if a is not None:
                     torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
                     compared += 1
-            assert compared >= 1 + 2 * p.continuous  # log-probs; or action, log-prob, squashed
+            assert compared >= 1 + 2 * p.spec.continuous  # log-probs; or action, log-prob, squashed
             frozen[p.name] = {k: t[1].clone() for k, t in pool.nets.stacked()[0].items()}
         trainer.iterate(1e-3)
         trainer.iterate(1e-3)  # (slot 1 is not the newest: it was not overwritten)
@@ -112,9 +112,9 @@ def test_each_policy_trains_only_on_the_replicas_where_it_learns():
     algorithm.collect(0)
     envs, agents = algorithm.env.num_envs, None
     for p in algorithm.policies:
-        (units,) = algorithm.units(p).rows
+        units = algorithm.rows(p).units
         agents = p.spec.num_agents
-        replicas = (units[:, 0] // agents) % envs
+        replicas = (units // agents) % envs
         learns = set(algorithm.league.trains_on(p.name))
         assert set(replicas.tolist()) == learns and len(learns) < envs
     # the frozen replicas' agents act as the drawn snapshots: their returns are not the

@@ -8,6 +8,7 @@ from gpusim.errors import ConfigError
 from gpusim.training.speed import acceleration
 from gpusim.training.config import load_run_config
 from gpusim.training.algorithms.ppo import PPO
+from gpusim.training.speed.wrap import chunked_step
 from gpusim.training.loop import Trainer
 
 from conftest import in_child_process, needs_cpu_bf16
@@ -25,18 +26,23 @@ def cartpole_trainer(env=None, **trainer):
 
 def gradients_of_one_step(trainer, buffer=None):
     """The gradient of a minibatch step on every row of the rollout (the parameters are not
-    stepped), and its statistics."""
-    policy = trainer.algorithm.policies[0]
+    stepped), and its statistics: in one pass, or in chunks where the minibatch has more
+    rows than `max_minibatch_rows` (training.speed.wrap.chunked_step)."""
+    algorithm, policy = trainer.algorithm, trainer.algorithm.policies[0]
     if buffer is not None:
         policy.buffer.__dict__.update(buffer.__dict__)  # (the tensors the step reads)
+    rows = torch.arange(policy.buffer.rewards.numel())
+    advantages = torch.linspace(-1, 1, rows.numel())
+    returns = torch.linspace(0, 2, rows.numel())
+    if rows.numel() <= algorithm.speed.chunk:
+        stats, loss = algorithm.loss(policy, rows, advantages, returns, None)
+        loss.backward()
+        return [q.grad.clone() for q in policy.model.parameters()], stats
     seen = []
     step = policy.adam.step
-    policy.adam.step = lambda grads, members=None: seen.append([g.clone() for g in grads])
+    policy.adam.step = lambda: seen.append([q.grad.clone() for q in policy.model.parameters()])
     try:
-        rows = torch.arange(policy.buffer.rewards.numel())
-        advantages = torch.linspace(-1, 1, rows.numel())
-        returns = torch.linspace(0, 2, rows.numel())
-        stats = trainer.algorithm.minibatch_step(policy, rows[None], None, advantages, returns)[0]
+        stats = chunked_step(algorithm, policy, rows, advantages, returns, None, rows.numel())
     finally:
         policy.adam.step = step
     return seen[0], stats
@@ -121,7 +127,7 @@ def test_a_failing_compile_falls_back_with_one_line(monkeypatch, capsys):
     assert len(lines) == 2 and "compiling policy 'agent' (update)" in lines[0]
     assert "inductor exploded" in lines[1] and "(update)" in lines[1]
     assert "traceback" not in lines[1]
-    assert all(p.step.whole.compiled is None for p in trainer.algorithm.policies)
+    assert all(p.fused.compiled is None for p in trainer.algorithm.policies)
 
 
 @pytest.mark.slow
@@ -129,9 +135,9 @@ def test_torch_compile_on_the_cpu_trains():
     trainer = cartpole_trainer(compile="on", total_steps=8 * 32 * 2)
     trainer.train()
     policy = trainer.algorithm.policies[0]
-    assert policy.step.whole.compiled is not None  # trained through the fused step
+    assert policy.fused.compiled is not None  # trained through the fused step
     assert not policy.value.active  # rollouts act eagerly (and the training pass compiles
-    # only inside the fused step: ppo_build's `train` is compiled where it is not fused)
+    # only inside the fused step: `train_pass` is compiled where it is not fused)
 
 
 @pytest.mark.parametrize("name, env", [

@@ -57,7 +57,7 @@ def test_the_training_pass_replays_the_rollouts_recurrent_states(recurrent):
     rows = (starts // per_step)[:, None] * 8 * per_step + starts[:, None] % per_step \
         + torch.arange(8) * per_step
     with torch.no_grad():
-        log_prob, _, value = g.model(*algo.gather(buf, rows)["inputs"])
+        log_prob, _, value = g.model(*algo.inputs(g, rows))
     flat = buf.log_probs.reshape(-1)
     torch.testing.assert_close(log_prob, flat[rows], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(value, buf.values.reshape(-1)[rows], rtol=1e-5, atol=1e-5)
@@ -170,7 +170,7 @@ def test_a_central_critic_sees_one_global_state_per_replica(name):
         buf = g.buffer
         assert buf.states.shape == (8, 4, width)
         # the critic's input of a row is its replica's state: the same for every agent
-        critic_obs = algo.gather(buf, torch.arange(buf.rewards.numel()))["inputs"][3]
+        critic_obs = algo.inputs(g, torch.arange(buf.rewards.numel()))[3]
         per_agent = critic_obs.view(8, 4, g.spec.num_agents, width)
         assert bool((per_agent == per_agent[:, :, :1]).all())
         assert g.model.critic[0].in_features == width

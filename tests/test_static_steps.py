@@ -16,7 +16,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from gpusim.envs import env_class
-from gpusim.training.algorithms.ppo import PPO
+from gpusim.training.speed.descent import Adam
 from gpusim.training.config import load_run_config, recipe_path
 from gpusim.training.loop import Trainer
 
@@ -140,20 +140,27 @@ def test_rollout_steps_and_minibatch_steps_repeat(case, monkeypatch):
     first, second = recorder.segments[1:3]  # after step 0's env.step, after step 1's
     assert first == second and first
 
-    minibatch_step = PPO.minibatch_step
+    # an update's segments, each ending with a policy's optimizer step: a minibatch step
+    # (a policy's first also holds its values and GAE, an epoch's first its shuffle; each
+    # starts with the sum of the statistics before it)
     steps = []
+    zero_grad = Adam.zero_grad
 
-    def marked(self, p, *args):
-        with Recorder() as inner:
-            out = minibatch_step(self, p, *args)
-        steps.append((p.name, inner.ops))
-        return out
-    monkeypatch.setattr(PPO, "minibatch_step", marked)
-    algorithm.update_all(algorithm.orders())
+    def marked(adam):
+        zero_grad(adam)
+        name = next(p.name for p in algorithm.policies if p.adam is adam)
+        steps.append((name, recorder.segments[-1]))
+        recorder.mark()
+    monkeypatch.setattr(Adam, "zero_grad", marked)
+    recorder = Recorder()
+    with recorder:
+        algorithm.update_all(algorithm.orders())
     for name in {name for name, _ in steps}:
         ops = [o for n, o in steps if n == name]
-        assert len(ops) == 4 and all(o == ops[0] for o in ops), name  # 2 epochs x 2
-        assert not host_reads(ops[0])
+        step = ops[1][1:]
+        assert len(ops) == 4 and ops[3][1:] == step, name  # 2 epochs x 2
+        assert ops[2][-len(step):] == step and ops[0][-len(step):] == step, name
+        assert not host_reads(step)
 
 
 TAG_CASE = "ppo, per-agent done, continuous, two policies"
@@ -190,7 +197,7 @@ def test_chunked_update_trains_as_the_compacted_eager_update():
     results = []
     for static in (False, True):
         trainer = make(TAG_CASE, {**SKIP, "trainer.max_minibatch_rows": 7}, static=static)
-        assert trainer.algorithm.policies[0].step.pad == static
+        assert trainer.algorithm.speed.padded == static
         torch.manual_seed(0)
         stats = [trainer.iterate(1e-3) for _ in range(3)]
         params = {n: torch.cat([p.detach().reshape(-1) for p in m.parameters()])
@@ -213,7 +220,7 @@ def test_chunk_steps_and_optimizer_steps_repeat_with_no_host_read():
     trainer = make(TAG_CASE, {**SKIP, "trainer.max_minibatch_rows": 5})
     calls = []
     for p in trainer.algorithm.policies:
-        for graph in p.graphs():
+        for graph in trainer.algorithm.speed.policy_graphs(p):
             def recorded(*inputs, step=graph.step, key=(p.name, graph.what)):
                 with Recorder() as recorder, counting_host_reads() as python_reads:
                     out = step(*inputs)
@@ -241,8 +248,8 @@ def test_out_of_play_weigh_trains_every_row():
             trainer.algorithm.collect(0)
             if not buf.active.all():
                 break
-        units = trainer.algorithm.units(trainer.algorithm.policies[1])
-        counts[choice] = (units.rows[0].shape[0], units.weights is None)
+        rows = trainer.algorithm.rows(trainer.algorithm.policies[1])
+        counts[choice] = (rows.units.shape[0], rows.weights is None)
         in_play = int(buf.active.sum())
     assert counts["skip"] == (in_play, True)
     assert counts["weigh"] == (buf.active.numel(), False) and in_play < buf.active.numel()

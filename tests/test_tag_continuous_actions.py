@@ -176,7 +176,7 @@ def test_trainer_runs_in_continuous_mode():
         "env.continuous_actions": True})
     trainer = Trainer(config, cls)
     assert [g.name for g in trainer.algorithm.policies] == ["tagger", "runner"]
-    assert all(g.continuous for g in trainer.algorithm.policies)
+    assert all(g.spec.continuous for g in trainer.algorithm.policies)
     trainer.algorithm.collect(0)
     before = [[q.clone() for q in p.model.parameters()] for p in trainer.algorithm.policies]
     stats = trainer.algorithm.update(1e-3)

@@ -63,21 +63,22 @@ class Trainer:
         self.distributed = context.world_size > 1
         self.rank = context.rank
         self.world_size = context.world_size
-        members = population.members(t)
+        members = population.members(t) if t.population != 1 else None  # a population's
         try:
-            self.env = env_class(num_envs=t.num_envs * len(members), backend=context.backend,
-                                 seed=t.seed, config=config.env,
+            self.env = env_class(num_envs=t.num_envs * len(members or [1]),
+                                 backend=context.backend, seed=t.seed, config=config.env,
                                  env_offset=context.replica_offset(t.num_envs))
         except NotEnoughMemory as exc:  # a population's replicas: name what made them many
-            if len(members) == 1:
+            if members is None:
                 raise
             raise NotEnoughMemory(f"{exc} (a population of {len(members)} (trainer.population) "
                                   f"x {t.num_envs} replicas): lower trainer.population "
                                   "or trainer.num_envs") from None
-        if len(members) > 1:
+        if members is not None:
             population.seed_members(self.env, members, t.num_envs)
         self.timer = SectionTimer(self.env.device)
-        self.algorithm = algorithm_class(t.algorithm)(config, self.env, context, self.timer)
+        self.algorithm = algorithm_class(t.algorithm, population=members is not None)(
+            config, self.env, context, self.timer)
         context.fit_threads(run_work(config, self.env))
         self.logger = logger
         self.steps_per_iteration = t.steps_per_iteration * self.world_size  # all ranks
@@ -208,12 +209,12 @@ class Trainer:
     def solved(self) -> bool:
         """Whether every policy reached `target_return` over the last 100 finished episodes
         (a population: whether every member did, each stopping where it did)."""
-        return all(self.algorithm.members.finished)
+        return all(self.algorithm.finished)
 
     def none_learning(self) -> bool:
         """Whether every member stopped learning (each reached the target, or a population's
         diverged): nothing is left to train."""
-        return not any(self.algorithm.members.alive)
+        return not any(self.algorithm.alive)
 
     def _reached(self, names) -> bool:
         """Whether every target set is reached: target_return by every policy's return,
@@ -231,11 +232,10 @@ class Trainer:
     def _finish_members(self):
         """Members that reached the target stop learning (a solo run: it ends; a
         population's member stops as its solo run would), one by one."""
-        members = self.algorithm.members
-        names = members.names(self.env.policy_specs)
-        for k in range(members.count):  # (names: policy-major, members inside)
-            if self._reached(names[k::members.count]):
-                members.finish(k, self.iteration)
+        names, count = self.algorithm.reported_names(), len(self.algorithm.alive)
+        for k in range(count):  # (names: policy-major, members inside)
+            if self._reached(names[k::count]):
+                self.algorithm.finish(k, self.iteration)
 
     def metrics(self, stats: dict, seconds: float, lr: float) -> dict:
         steps = self.steps_per_iteration
@@ -265,8 +265,8 @@ class Trainer:
                "episode_return": {name: self.recent_return(name) for name in self.recent}}
         if self.score is not None:
             out["score"] = self.score.summary()
-        members = population.members(self.config.trainer)
-        if len(members) > 1:  # per policy: each setting across its seeds
+        if self.config.trainer.population != 1:  # per policy: each setting across its seeds
+            members = population.members(self.config.trainer)
             out["population"] = {name: population.summary(members, {
                 m.name: self.recent_return(f"{name}/{m.name}") for m in members})
                 for name in self.env.policy_specs}
@@ -330,7 +330,7 @@ class Trainer:
             raise GpusimError(f"the checkpoint holds {len(ranks)} processes' replicas; "
                               f"resume it with {len(ranks)} processes, not {self.world_size}")
         algorithm = state["algorithm"] if isinstance(state["algorithm"], dict) else {}
-        held, count = len(algorithm.get("alive", [None])), self.algorithm.members.count
+        held, count = len(algorithm.get("alive", [None])), len(self.algorithm.alive)
         if held != count:
             raise GpusimError(f"the checkpoint holds a population of {held} member"
                               f"{'s' if held != 1 else ''}; this run's trainer.population "

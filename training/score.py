@@ -125,13 +125,13 @@ class ScoreMonitor:
                                       f"{config.env_name} names none (its score is the "
                                       "training return)")
             return None
-        if t.target_score is not None and (t.score_envs == 0 or not algorithm.members.solo):
+        if t.target_score is not None and (t.score_envs == 0 or t.population != 1):
             why = "trainer.score_envs is 0" if t.score_envs == 0 else \
                 "a population's members are judged by their returns"
             raise GpusimError(f"config key 'trainer.target_score' is measured on "
                               f"{config.env_name}'s score, which this run never measures "
                               f"({why}): drop the target or measure the score")
-        if t.score_envs == 0 or not algorithm.members.solo:
+        if t.score_envs == 0 or t.population != 1:
             return None
         return cls(config, env_class, algorithm.models(), context,
                    algorithm.precision.autocast)

@@ -5,10 +5,10 @@ rollout of `rollout_len` steps over every replica) then `update(lr)` (every
 policy learns; per reported name, a dict of statistics), and for checkpoints
 `state_dict` / `load_state_dict` (the same on every rank: models,
 optimizers, generators) and `rank_state_dict` / `load_rank_state_dict`
-(this rank's own, such as a replay shard). Every algorithm has `members`
-(training.population.members.Members: one for a solo run), which say who still
-learns. The loop never asks which algorithm it drives, nor whether it is a
-population.
+(this rank's own, such as a replay shard). Every algorithm says who still learns:
+`alive` and `finished` (one entry per population member; one for a solo run) and
+`finish(k, iteration)`, the target reached. The loop never asks which algorithm it
+drives.
 """
 from __future__ import annotations
 
@@ -68,6 +68,19 @@ class Algorithm:
             raise GpusimError(f"config key 'trainer.cuda_graphs' on: {trainer.algorithm} does "
                               "not capture its steps as CUDA graphs yet (use auto or off)")
         return self.captures_graphs
+
+    # ---- who still learns (the off-policy learners and populations: their `members`) -----
+    @property
+    def alive(self) -> list:
+        return self.members.alive
+
+    @property
+    def finished(self) -> list:
+        return self.members.finished
+
+    def finish(self, k: int, iteration: int):
+        """Member k (of a solo run: the run) reached the target: it stops learning."""
+        self.members.finish(k, iteration)
 
     def compiling_pays_on_cpu(self) -> bool:
         """Whether `trainer.compile: auto` compiles this run's learner on the CPU too, where

@@ -1,39 +1,53 @@
-"""PPO, and A2C (its one-step special case), on device-resident rollouts.
+"""PPO, and A2C (its one-step special case), on device-resident rollouts: a solo run.
 
-Read top to bottom: the rollout (`rollout_len` steps of every replica under no_grad,
-actions drawn on the device, no host sync per step); the update (what minibatches are
-made of and their shuffles, drawn first; per policy the rollout's values, GAE, then
-epochs of shuffled minibatches); one minibatch step (advantages normalised over the
-minibatch; the clipped surrogate, value loss and entropy bonus of losses.py; a clipped
-Adam step); checkpoints. Its config is ppo_config.py. How fast it runs is chosen once,
-when it is built (ppo_build.py: CUDA graphs, chunks, torch.compile), and wrapped around
-these same methods: the rollout, the update and the loss never ask how they are run (the
-speed's own questions, `warming_up` and `compiling_pays_on_cpu`, are answered apart).
+Read top to bottom, as CleanRL's ppo.py reads:
 
-Each policy has its own model, Adam and buffer; its model runs on all of its agents in
-every replica in one call. The critic sees the agent's own observation (IPPO) or the
-replica's global state (`policy.critic: central`, MAPPO). With per-agent done, an
-agent's steps after it finished are neither bootstrapped across nor trained on; a
-truncated replica's reward gets gamma * V(final state) (rollout.TruncationBootstrap). A
-population runs the same methods over a member dim (training.population.members: a solo run
-is a population of one); a league (training.league.pools), against pools of past selves.
+- the rollout: `rollout_len` steps of every replica under no_grad, each policy's
+  inputs stored, actions drawn on the device, the env stepped, rewards and done marks
+  stored (no host sync per step);
+- the update, per policy: the critic over the stored rollout, GAE, then epochs of
+  shuffled minibatches: advantages normalised, PPO's loss (losses.py), backward,
+  Adam's clipped step.
+
+Each policy has its own model, Adam and buffer, and its model runs on all of its agents
+in every replica in one call. A feature that needs code shows as an `if` on what the
+run has: a central critic (`self.central`: the critic sees the replica's global state,
+MAPPO), recurrent policies (`self.bptt_len`: sequences of that many steps), action masks
+(`buffer.masks`), per-agent done (`self.per_agent_done`: rows out of play weigh 0 or are
+left out), a league (`self.league`: training.league.pools). A truncated replica's reward
+gets gamma * V(final state) (rollout.TruncationBootstrap).
+
+How fast it runs is chosen once, in training.speed.wrap, around these same methods: on
+a CUDA device the rollout and the update replayed as CUDA graphs, minibatches chunked
+where they exceed `max_minibatch_rows`, a minibatch step compiled whole. Nothing here
+asks how it is run. A population of such runs is ppo_members.py.
 """
 from __future__ import annotations
 
 import torch
 
+from gpusim.errors import GpusimError
+
 from .. import losses
-from ..league.pools import make_league
+from ..actors import Actors
+from ..losses import take
 from ..models import make_model
-from ..noise_scale import NoiseScale
-from ..population.members import Members
+from ..speed.descent import Adam
+from ..speed.wrap import chunked_step, wrap_ppo
 from .base import Algorithm
-from .ppo_build import (Policy, check_buffers_fit, choose_speed, coefficients, make_actors,
-                        make_policies, probe)
-from .rollout import TruncationBootstrap, critic_input, mask_width, recurrence
-from .units import EVERYONE, Units, learners, make_units, minibatches
 from .ppo_config import (CPU_COMPILE_MIN_STEPS, A2CConfig, PPOConfig, check_for_env,
-                         run_config, sequence_length)
+                         sequence_length)
+from .rollout import PolicyBuffer, TruncationBootstrap, buffer_bytes, mask_width
+
+
+class Policy:
+    """One policy: its space, agents, model, Adam and rollout buffer; training.speed.wrap
+    adds how its passes run (`value`, `train_pass`, `gae`, ...)."""
+
+    def __init__(self, name, spec, agents, model, adam, buffer, train_model):
+        self.name, self.spec, self.agents = name, spec, agents
+        self.model, self.adam, self.buffer = model, adam, buffer
+        self.train_model = train_model  # the model, or its DistributedDataParallel wrapper
 
 
 class PPO(Algorithm):
@@ -41,52 +55,86 @@ class PPO(Algorithm):
     stats = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
     auto_scales = True
     captures_graphs = True
+    alive = finished = None  # (plain lists: set in __init__)
 
     def __init__(self, config, env, context, timer):
-        self.members = Members(config, env, context)
-        check_for_env(config, env, population=not self.members.solo)
-        super().__init__(run_config(config, not self.members.solo), env, context, timer)
-        t, members = self.config.trainer, self.members
-        # what each concern decides once: the critic's input, recurrent sequences, masks
+        check_for_env(config, env, population=False)
+        super().__init__(config, env, context, timer)
+        t, cfg = config.trainer, self.cfg
+        self.alive, self.finished = [True], [False]  # still learning; reached the target
         self.central = config.policy.critic == "central"
-        self.critic_input = critic_input(config, env)
-        self.bptt_len = sequence_length(config)
+        self.bptt_len = sequence_length(config)  # 0: feed-forward
+        self.per_agent_done = env.agent_active_array is not None
+        self.state_dim = env.global_state().shape[-1] if self.central else 0
         self.mask_width = mask_width(env)
-        self.state_dim = self.critic_input.state_dim
-        self.speed = choose_speed(self)  # how it runs (ppo_build), before what it runs
-        check_buffers_fit(self)
-        self.policies = make_policies(self)  # each whole, its passes as the speed chose
-        self.league = make_league(self)
-        self.learners = self.league.learners(self.policies)  # (index, policy) that learn
-        self.actors = make_actors(self)
-        self.recurrence = recurrence(self.bptt_len, self.actors.memory)
-        # (in a league: the replicas where each policy learns)
-        self.episodes.counted.update(self.league.counted([p.name for p in self.policies],
-                                                         env.num_envs, env.device))
-        self.episodes.members = members.count
+        env.backend.check_fits(
+            f"the rollout buffers ({t.rollout_len} steps x {env.num_envs:,} replicas x "
+            f"{env.num_agents} agents)",
+            sum(buffer_bytes(spec, t.rollout_len, env.num_envs, self.state_dim, self.mask_width)
+                for spec in env.policy_specs.values()))
+        self.check_models_fit(networks=2)  # an actor and a critic each
+        self.policies = [self.make_policy(name, spec) for name, spec in env.policy_specs.items()]
+        self.league = None
+        if cfg.league:
+            from ..league.pools import League
+            self.league = League(self)
+            self.episodes.counted.update(self.league.counted(
+                [p.name for p in self.policies], env.num_envs, env.device))
+        self.learners = [(k, p) for k, p in enumerate(self.policies)
+                         if self.league is None or self.league.learns(p.name)]
+        self.speed = wrap_ppo(self)  # how the steps run, chosen once
+        self.actors = Actors(env, {p.name: p.model if self.league is None
+                                   else self.league.actors[p.name] for p in self.policies},
+                             wrap=self.speed.acting)
+        self.memory = self.actors.memory  # recurrent policies: each agent's latest state
         self.bootstrap = TruncationBootstrap(env, t.rollout_len, t.gamma, self.central,
-                                             self.actors.memory)
-        self.shuffles = members.shuffles()
-        self.coefs, self.lam = coefficients(members, t.num_envs)  # what the loss and GAE take
-        self.update_stats = torch.zeros((len(self.policies), members.count, len(self.stats)),
+                                             self.memory)
+        self.shuffle = torch.Generator(device=env.device).manual_seed(t.seed)
+        self.update_stats = torch.zeros((len(self.policies), len(self.stats)),
                                         device=env.device)
-        self.noise = NoiseScale.for_run(self)  # the gradient noise scale, where asked for
-        probe(self)  # a compiled training pass tried now, before training
+        self.noise = None
+        if cfg.noise_scale_every and not self.bptt_len and env.num_envs >= 2:
+            from ..noise_scale import NoiseScale
+            self.noise = NoiseScale(cfg.noise_scale_every, env.num_envs)
+        self.speed.probe(self)  # a compiled training pass tried now, before training
+
+    def make_policy(self, name, spec) -> Policy:
+        """Policy `name`: its model made from torch's generator (seeded with the run's
+        seed), its Adam, its rollout buffer."""
+        env, t = self.env, self.config.trainer
+        model = make_model(spec, self.config.policy, self.state_dim or None).to(env.device)
+        adam = Adam(model.parameters(), t.lr, eps=1e-5, max_grad_norm=self.cfg.max_grad_norm,
+                    device_lr=self.use_graphs)
+        buffer = PolicyBuffer(spec, t.rollout_len, env.num_envs, env.device, self.state_dim,
+                              self.mask_width, getattr(model, "state_size", 0),
+                              max(1, self.bptt_len))
+        train_model = model
+        if self.distributed:  # gradients averaged across ranks
+            from ..speed.wrap import ddp
+            train_model = ddp(model, env.device)
+        return Policy(name, spec, self.agents[name], model, adam, buffer, train_model)
 
     # ---- the rollout ------------------------------------------------------------------
     def collect(self, env_steps: int):
-        """A rollout (its CUDA graph replayed, once captured: one section, "rollout")."""
         self.speed.collect(self.timer)
 
     @torch.no_grad()
     def rollout(self):
         """`rollout_len` steps: each policy's inputs stored, every agent's action drawn into
         the env's arrays, the env stepped, its rewards and done marks stored."""
-        env = self.env
-        for t in range(self.config.trainer.rollout_len):
+        env, t_cfg = self.env, self.config.trainer
+        for t in range(t_cfg.rollout_len):
             with self.timer("forward"):
                 active = env.agent_active()
-                self._store_inputs(t, active)
+                state, mask = self.global_state(), env.action_mask()
+                for p in self.policies:
+                    p.buffer.store_inputs(t, self.observe(p.name, self.next_obs), active,
+                                          p.agents, mask, state)
+                    if self.bptt_len:  # a sequence's start state; values as the policy acts
+                        memory = self.memory[p.name]
+                        if t % self.bptt_len == 0:
+                            p.buffer.memory[t // self.bptt_len].copy_(memory)
+                        p.buffer.values[t] = self.values(p, self.next_obs, state, memory)
                 with self.precision.autocast():
                     acted = self.actors.act(self.next_obs)  # written into the env's arrays
                 for p in self.policies:
@@ -95,164 +143,200 @@ class PPO(Algorithm):
             with self.timer("env"):
                 _, reward, terminated, truncated, info = env.step()
             with self.timer("forward"):
-                self._store_outcome(t, reward, info["reset_mask"], truncated, active)
+                done, still = info["reset_mask"], env.agent_active()
+                for p in self.policies:
+                    p.buffer.store_outcome(t, reward, t_cfg.reward_scale, done, active, still,
+                                           p.agents)
+                self.bootstrap.record(t, truncated)
+                self.bootstrap.after_step(t, self.values, self.policies)
+                self.actors.episode_ended(done, still)
+                if self.league is not None:
+                    self.league.episode_ended(t, done)
+                self.episodes.record(t, reward, done, active)
 
-    def _store_inputs(self, t: int, active):
-        """Step t's observation, activity, legal choices, critic input, and a recurrent
-        policy's state and value (a feed-forward critic runs after the rollout)."""
-        state, mask = self.critic_input.state(), self.env.action_mask()
-        for p in self.policies:
-            p.buffer.store_inputs(t, self.observe(p.name, self.next_obs), active, p.agents,
-                                  mask, state)
-            self.recurrence.store(t, p, self.values, self.next_obs, state)
-
-    def _store_outcome(self, t: int, reward, done, truncated, active):
-        """Step t's rewards and done marks; the truncation bootstrap; episode returns."""
-        still = self.env.agent_active()
-        for p in self.policies:
-            p.buffer.store_outcome(t, reward, self.config.trainer.reward_scale, done, active,
-                                   still, p.agents)
-        self.bootstrap.record(t, truncated)
-        self.bootstrap.after_step(t, self.values, self.policies)
-        self.actors.episode_ended(done, still)
-        self.league.episode_ended(t, done)
-        self.episodes.record(t, reward, done, active)
+    def global_state(self):
+        """The replicas' global state a central critic sees (None: the critic is local)."""
+        return self.env.global_state() if self.central else None
 
     def values(self, p: Policy, obs, state, *memory):
-        """(envs, the policy's agents) values of an env's (envs, agents, obs) array (after
-        a recurrent policy's states `memory`)."""
+        """(envs, the policy's agents) values of an env's (envs, agents, obs) array (of the
+        global `state` for a central critic; after recurrent states `memory`)."""
         return self.critic(p, self.observe(p.name, obs), state, *memory)
 
     def critic(self, p: Policy, own, state, *memory):
         """(..., agents) values of the agents' own observations `own` (..., agents, obs)
-        after the recurrent states `memory`, or of the replicas' global `state`."""
+        after the recurrent states `memory`; a central critic's, of the replicas' `state`,
+        every agent's alike."""
         with self.precision.autocast():
-            return self.critic_input.value(p, own, state, *memory)
+            if self.central:
+                value = p.value(state)
+                return value[..., None].expand(*value.shape, p.spec.num_agents)
+            return p.value(own, *memory)
 
     # ---- the update -------------------------------------------------------------------
     def update(self, lr: float) -> dict:
-        """Every policy's update: what minibatches are made of and their shuffles, drawn
-        first; then the update (its graph replayed, once captured)."""
-        members = self.members
-        self.league.record(self.episodes)  # (the rollout's league games)
+        """Every learning policy's update: the shuffles of its minibatches drawn first, then
+        the update (its graph replayed, once captured); the statistics by policy name."""
+        if self.league is not None:
+            self.league.record(self.episodes)  # (the rollout's league games)
         for p in self.policies:
-            p.adam.set_lr(members.rates(lr))
+            p.adam.set_lr(lr)
         orders = self.orders()
-        if not any(members.alive):  # (the loop ends after this iteration)
+        if not self.alive[0]:  # (reached its target: the loop ends after this iteration)
             self.update_stats.zero_()
-            return self.reported(self.update_stats, None)
-        noise = self.noise.measure(self)  # at the rollout's parameters, where due
-        before = self.saved()
-        stats = self.speed.update_all(orders, learners(members.alive, self.env.device,
-                                                       self.speed.whole))
-        self.league.after_update(self.policies)
-        return self.noise.added(self.reported(stats, before), noise)
+            return self.reported(self.update_stats)
+        noise = self.noise.measure(self) if self.noise is not None else {}
+        stats = self.reported(self.speed.update(orders))
+        if self.league is not None:
+            self.league.after_update(self.policies)
+        for name, values in noise.items():
+            stats[name].update(values)
+        return stats
 
     def orders(self) -> dict:
-        """Each learning policy's units and every epoch's shuffle of each member's units
-        (from the member's own generator)."""
+        """Each learning policy's rows and every epoch's shuffle of them."""
         orders = {}
         for _, p in self.learners:
-            units = self.units(p)
-            orders[p.name] = (units, [[torch.randperm(u.shape[0], generator=g, device=g.device)
-                                       for u, g in zip(units.rows, self.shuffles)]
-                                      for _ in range(self.cfg.update_epochs)])
+            rows = self.rows(p)
+            orders[p.name] = (rows, [torch.randperm(rows.units.shape[0], generator=self.shuffle,
+                                                    device=self.shuffle.device)
+                                     for _ in range(self.cfg.update_epochs)])
         return orders
 
-    def update_all(self, orders: dict, learning=EVERYONE) -> torch.Tensor:
-        """Each learning policy's update on its units and shuffles `orders[name]`, of the
-        members `learning` (training.algorithms.units.learners); the statistics, policies
-        x members."""
+    def update_all(self, orders: dict) -> torch.Tensor:
+        """Each learning policy's update on its rows and shuffles `orders[name]`; the
+        statistics, policies x statistics (a policy that does not learn: zeros)."""
         for k, p in self.learners:
-            self.update_stats[k].copy_(self.update_policy(p, *orders[p.name], learning))
+            self.update_stats[k].copy_(self.update_policy(p, *orders[p.name]))
         return self.update_stats
 
-    def update_policy(self, p: Policy, units, orders: list, learning) -> torch.Tensor:
+    def update_policy(self, p: Policy, rows: "Rows", orders: list) -> torch.Tensor:
         """The rollout's values and GAE, then `update_epochs` passes of shuffled minibatches
         (of rows, or of agent sequences for a recurrent policy); the mean statistics."""
         cfg, buf = self.cfg, p.buffer
         with torch.no_grad():
-            self.rollout_values(p, units.value_rows)
-            next_value = self.values(p, self.next_obs, self.critic_input.state(),
-                                     *self.recurrence.memory(p.name))
+            self.rollout_values(p, rows.valued)
+            memory = (self.memory[p.name],) if self.bptt_len else ()
+            next_value = self.values(p, self.next_obs, self.global_state(), *memory)
             advantages, returns = p.gae(buf.rewards, buf.values, buf.dones, next_value.float())
         advantages, returns = advantages.reshape(-1), returns.reshape(-1)
         stats = 0.0
         for epoch in range(cfg.update_epochs):
-            for rows, weights in minibatches(units, orders[epoch], cfg.num_minibatches, p.name):
-                stats = stats + self.minibatch_step(p, rows, weights, advantages, returns,
-                                                    learning)
+            shuffled = rows.units[orders[epoch]]
+            size = shuffled.shape[0] // cfg.num_minibatches
+            for j in range(cfg.num_minibatches):
+                mb = shuffled[j * size:(j + 1) * size]
+                weights = None if rows.weights is None else take(rows.weights, mb)
+                total = mb.numel() if weights is None else weights.sum().clamp_min(1.0)
+                adv = take(advantages, mb)
+                if cfg.norm_adv and mb.numel() > 1:
+                    adv = losses.normalized(adv, weights, total)
+                ret = take(returns, mb)
+                out = p.fused(mb, adv, ret, weights) \
+                    if p.fused is not None and mb.shape[0] <= self.speed.chunk else None
+                if out is None and (self.speed.padded or mb.shape[0] > self.speed.chunk):
+                    out = chunked_step(self, p, mb, adv, ret, weights, total)
+                if out is None:  # the minibatch in one pass
+                    out, loss = self.loss(p, mb, adv, ret, weights)
+                    loss.backward()
+                    p.adam.step()
+                    p.adam.zero_grad()
+                stats = stats + out
         return stats / (cfg.update_epochs * cfg.num_minibatches)
 
-    def rollout_values(self, p: Policy, in_play=None):
+    def gae(self, rewards, values, dones, next_value) -> tuple:
+        """(advantages, returns) of a stored rollout (losses.gae with the run's gamma and
+        lambda); `p.gae` runs it, or its graph."""
+        return losses.gae(rewards, values, dones, next_value, self.config.trainer.gamma,
+                          self.cfg.gae_lambda)
+
+    def loss(self, p: Policy, rows, adv, returns, weights, forward=None):
+        """(detached statistics, loss) of PPO's objective on buffer rows `rows` (any shape:
+        (sequences, steps) for a recurrent policy); `forward`: the training pass (default
+        the policy's own)."""
+        buf = p.buffer
+        with self.precision.autocast():
+            new = (forward or p.train_pass)(*self.inputs(p, rows))
+        flat = [None if x is None else x.reshape(-1) for x in (
+            *new, buf.take("log_probs", rows), buf.take("values", rows), adv, returns, weights)]
+        return losses.ppo_objective(flat[:3], *flat[3:], self.cfg.clip_coef, self.cfg.clip_vloss,
+                                    self.cfg.ent_coef, self.cfg.vf_coef)
+
+    def inputs(self, p: Policy, rows) -> tuple:
+        """The training pass's inputs for buffer rows `rows`: observations, actions, legal
+        choices, a central critic's states (their (step, replica) rows), and for a
+        recurrent policy each sequence's start state and where an episode restarts it."""
+        buf = p.buffer
+        states = None if not self.central else \
+            take(buf.states.view(-1, buf.states.shape[-1]), rows // buf.obs.shape[2])
+        inputs = (buf.take("obs", rows), buf.take("actions", rows), buf.take("masks", rows),
+                  states)
+        if not self.bptt_len:
+            return inputs
+        per_step = buf.rewards.shape[1] * buf.rewards.shape[2]  # rows between steps
+        first = rows[..., 0]
+        start = buf.memory.view(-1, buf.memory.shape[-1])[
+            (first // (per_step * self.bptt_len)) * per_step + first % per_step]
+        resets = torch.zeros(rows.shape, dtype=torch.bool, device=rows.device)
+        if rows.shape[-1] > 1:  # an episode that ended with step l-1 restarts it at l
+            resets[..., 1:] = take(buf.dones.reshape(-1), rows[..., :-1])
+        return inputs + (start, resets)
+
+    def row_values(self, p: Policy, rows):
+        """The values of flat buffer rows `rows` (a lone critic, on its own observations)."""
+        return self.critic(p, take(p.buffer.flat("obs"), rows), None)
+
+    def rollout_values(self, p: Policy, valued=None):
         """Every step's value, in critic calls over the stored rollout (the critic does not
         act, so it need not run per step; a recurrent one's were stored as it acted); with
-        `in_play` (flat rows, a lone critic on its own observations) the values of those
-        rows only: GAE never reads the others from them."""
-        p.rollout_values(in_play)
-
-    def values_by_steps(self, p: Policy):
-        """A network's values of the stored rollout, a few steps at a time (bounded memory)."""
+        `valued` (flat rows) the values of those rows only: GAE never reads the others."""
         buf = p.buffer
+        if self.bptt_len:
+            return
+        if valued is not None:
+            buf.values.view(-1).zero_().index_copy_(0, valued, p.value_rows(valued))
+            return
         steps = max(1, self.cfg.max_minibatch_rows // buf.values[0].numel())
         for t in range(0, buf.values.shape[0], steps):
             part = slice(t, t + steps)
-            buf.values[part] = self.critic(p, *self.critic_input.stored(buf, part))
+            buf.values[part] = self.critic(p, buf.obs[part],
+                                           buf.states[part] if self.central else None)
 
-    def values_by_members(self, p: Policy):
-        """Stacked networks' values of the stored rollout: the members' replicas leading
-        (the stacked networks split dim 0)."""
-        buf = p.buffer
-        buf.values.copy_(self.critic(p, *self.critic_input.by_members(buf)).transpose(0, 1))
+    def rows(self, p: Policy) -> "Rows":
+        """What policy `p`'s minibatches are made of, decided once per update (`Rows`)."""
+        shape = tuple(p.buffer.rewards.shape)  # (steps, envs, agents)
+        device = p.buffer.rewards.device
+        active = p.buffer.active.reshape(-1) if self.per_agent_done else None
+        weights = None if active is None else active.float()
+        if self.bptt_len:  # (a league of recurrent policies is refused)
+            return Rows(sequences(shape, self.bptt_len, device), weights, None)
+        replicas = None if self.league is None else self.league.trains_on(p.name)
+        units = rows_of(shape, torch.arange(shape[1], device=device) if replicas is None
+                        else torch.tensor(replicas, device=device))
+        chosen = replicas is not None  # fewer rows than the rollout's
+        if active is not None and self.cfg.out_of_play == "skip":
+            kept = units[active[units]]  # (a host read)
+            if kept.shape[0] >= self.cfg.num_minibatches:
+                units, weights, chosen = kept, None, True
+        # a lone critic's values of the rows trained only, where they are all that counts
+        # (GAE never reads the others: a row in play and not done at t is in play at t + 1)
+        valued = units if chosen and weights is None and not self.central else None
+        return Rows(units, weights, valued)
 
-    def minibatch_step(self, p: Policy, rows, weights, advantages, returns, learning=EVERYONE):
-        """One gradient step on buffer rows `rows` ((members, rows), or (members, sequences,
-        steps)) weighing `weights` (None: all count), of the members `learning`: the
-        advantages normalised over each member's minibatch, then the step."""
-        rows, weights = learning.pick(rows), learning.pick(weights)
-        adv = losses.take(advantages, rows)
-        total = rows[0].numel() if weights is None \
-            else weights.flatten(1).sum(-1, keepdim=True).clamp_min(1.0)
-        if self.cfg.norm_adv and rows[0].numel() > 1:
-            adv = losses.normalized(adv.flatten(1), None if weights is None else
-                                    weights.flatten(1), total, -1).view(rows.shape)
-        stats = p.step(rows, adv, losses.take(returns, rows), weights, total, learning)
-        return learning.put(stats)
+    # ---- what the loop reads ----------------------------------------------------------
+    def finish(self, k: int, iteration: int):
+        self.alive[k], self.finished[k] = False, True
 
-    def loss(self, p: Policy, rows, adv, returns, weights, learning=EVERYONE, *, forward):
-        """(detached statistics, loss) per member of PPO's objective on buffer rows `rows`
-        (a chunk of a minibatch, of the members `learning`); `forward`: the training pass
-        (the policy's own, or the compiled step's)."""
-        batch = self.gather(p.buffer, rows)
-        clip, ent, vf = (learning.pick(c) for c in self.coefs)
-        with self.precision.autocast():
-            new = forward(*batch["inputs"], members=learning.index)
-        flat = [None if x is None else x.reshape(x.shape[0], -1) for x in (
-            *new, batch["log_probs"], batch["values"], adv, returns, weights)]
-        return losses.ppo_objective(flat[:3], *flat[3:], clip, self.cfg.clip_vloss, ent, vf,
-                                    dim=-1)
+    def reported_names(self) -> list:
+        return list(self.env.policy_specs)
 
-    def loss_of(self, p: Policy):
-        """Policy `p`'s loss as a minibatch step takes it, on its own training pass
-        (`self.loss` looked up at each call: a test may wrap it)."""
-        return lambda *batch: self.loss(p, *batch, forward=p.forward)
-
-    def gather(self, buf, rows) -> dict:
-        """The fields the loss reads of flat buffer rows `rows` (any shape: (..., steps)
-        sequences carry a recurrent policy's start states and restarts)."""
-        inputs = (buf.take("obs", rows), buf.take("actions", rows), buf.take("masks", rows),
-                  self.critic_input.rows(buf, rows), *self.recurrence.inputs(buf, rows))
-        return {"inputs": inputs, "log_probs": buf.take("log_probs", rows),
-                "values": buf.take("values", rows)}
-
-    def units(self, p: Policy) -> Units:
-        """What policy `p`'s minibatches are made of (training.algorithms.units)."""
-        return make_units(p.buffer, self.members.count, self.league.trains_on(p.name),
-                          self.env.agent_active_array is not None, self.bptt_len,
-                          self.cfg.out_of_play, self.cfg.num_minibatches, p.rows_valued)
+    def reported(self, stats: torch.Tensor) -> dict:
+        """An update's statistics (policies x statistics), read once, by policy name."""
+        values = stats.tolist()  # one host read
+        return {p.name: dict(zip(self.stats, v)) for p, v in zip(self.policies, values)}
 
     def warming_up(self) -> bool:
-        return any(graph.warming_up() for graph in self.speed.graphs(self.policies))
+        return self.speed.warming_up(self.policies)
 
     def compiling_pays_on_cpu(self) -> bool:
         """A run of at least CPU_COMPILE_MIN_STEPS minibatch steps, where they fuse."""
@@ -261,52 +345,76 @@ class PPO(Algorithm):
         fuse = not self.distributed and self.config.policy.recurrent == "none"
         return fuse and steps >= CPU_COMPILE_MIN_STEPS
 
-    # ---- checkpoints ---------------------------------------------------------------------
     def models(self) -> dict:
         return {p.name: p.model for p in self.policies}
-
-    @staticmethod
-    def tensors(p: Policy) -> list:
-        return list(p.model.parameters()) + p.adam.exp_avg + p.adam.exp_avg_sq \
-            + [p.adam.step_count]
-
-    def state_dict(self) -> dict:
-        return {"models": {p.name: p.model.state_dict() for p in self.policies},
-                "optimizers": {p.name: p.adam.state_dict() for p in self.policies},
-                "shuffle_rngs": [g.get_state() for g in self.shuffles],
-                "league": self.league.state_dict(), **self.members.state_dict()}
-
-    def load_state_dict(self, state: dict):
-        self.check_policies(state, "models", "optimizers")
-        if not self.members.solo or "alive" in state:
-            self.members.load_state_dict(state)
-        self.league.load_state_dict(state.get("league") or {})
-        for p in self.policies:
-            p.model.load_state_dict(state["models"][p.name])
-            p.adam.load_state_dict(state["optimizers"][p.name])
-        rngs = state["shuffle_rngs"] if "shuffle_rngs" in state else [state["shuffle_rng"]]
-        for generator, saved in zip(self.shuffles, rngs):
-            generator.set_state(saved)
-        for graph in self.speed.graphs(self.policies):
-            graph.drop()  # capture again, after the loaded state
 
     def rollout_outputs(self) -> tuple:
         arrays = {f"{p.name} {name}": getattr(p.buffer, field) for p in self.policies
                   for name, field in (("reward", "rewards"), ("obs", "obs"))}
         return arrays, {key: ("step", "replica", key.split()[0]) for key in arrays}
 
+    # ---- checkpoints ---------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {"models": {p.name: p.model.state_dict() for p in self.policies},
+                "optimizers": {p.name: p.adam.state_dict() for p in self.policies},
+                "shuffle_rngs": [self.shuffle.get_state()],
+                "league": {} if self.league is None else self.league.state_dict(),
+                "alive": list(self.alive), "finished": list(self.finished)}
+
+    def load_state_dict(self, state: dict):
+        self.check_policies(state, "models", "optimizers")
+        self.alive, self.finished = list(state["alive"]), list(state["finished"])
+        if self.league is not None:
+            self.league.load_state_dict(state["league"])
+        for p in self.policies:
+            p.model.load_state_dict(state["models"][p.name])
+            p.adam.load_state_dict(state["optimizers"][p.name])
+        self.shuffle.set_state(state["shuffle_rngs"][0])
+        self.speed.drop(self.policies)  # graphs captured again, after the loaded state
+
     def rank_state_dict(self) -> dict:
-        return {"league": self.league.rank_state_dict()}
+        return {"league": {} if self.league is None else self.league.rank_state_dict()}
 
     def load_rank_state_dict(self, state: dict):
-        self.league.load_rank_state_dict(state.get("league") or {})
+        if self.league is not None:
+            self.league.load_rank_state_dict(state["league"])
 
     @classmethod
     def acting_model(cls, config, env, spec):
-        return make_model(spec, config.policy, critic_input(config, env).model_state_dim)
+        state_dim = env.global_state().shape[-1] if config.policy.critic == "central" else None
+        return make_model(spec, config.policy, state_dim)
 
 
 class A2C(PPO):
     """PPO with one epoch of one minibatch: the ratio is exactly 1 at that single step, so
     the clipped loss's gradient is the plain policy gradient."""
     Config = A2CConfig
+
+
+class Rows:
+    """One policy's minibatch material for an update: `units` (flat buffer rows (step,
+    replica, agent), or a recurrent policy's (sequences, bptt_len)), every flat row's
+    `weights` (None: all count), and `valued`, the flat rows whose values GAE reads
+    (None: all)."""
+
+    def __init__(self, units, weights, valued):
+        self.units, self.weights, self.valued = units, weights, valued
+        if units.shape[0] < 1:
+            raise GpusimError("a policy has no rows to train on")
+
+
+def rows_of(shape: tuple, replicas: torch.Tensor) -> torch.Tensor:
+    """The flat rows of replicas `replicas`, in (step, replica, agent) order."""
+    steps, envs, agents = shape
+    device = replicas.device
+    return ((torch.arange(steps, device=device)[:, None, None] * envs + replicas[:, None])
+            * agents + torch.arange(agents, device=device)).reshape(-1)
+
+
+def sequences(shape: tuple, length: int, device) -> torch.Tensor:
+    """(sequences, length) flat rows: every agent's runs of `length` steps."""
+    steps, envs, agents = shape
+    per_step = envs * agents
+    seq = torch.arange((steps // length) * per_step, device=device)
+    starts = (seq // per_step) * length * per_step + seq % per_step
+    return starts[:, None] + torch.arange(length, device=device) * per_step

@@ -5,10 +5,7 @@ the env's device (observations, actions, log-probabilities, values, rewards,
 done and in-play marks, masks, a central critic's states, recurrent states);
 `TruncationBootstrap`: gamma * V(final state) added to the rewards of
 truncated replicas, in batches, with no host sync. PPO (ppo.py) fills and reads
-them. Two concerns decide their part of the rollout and of a minibatch's inputs once,
-each in one object: what the critic sees (`OwnCritic`: the agent's own observation,
-IPPO; `CentralCritic`: the replica's global state, MAPPO), and whether the policies
-carry recurrent state (`Recurrence`, or `NoRecurrence`).
+them (ppo_members.py too).
 """
 from __future__ import annotations
 
@@ -91,112 +88,6 @@ def mask_width(env) -> int:
     """How many legal-choice entries a step stores per agent (0: the env has no masks)."""
     mask = env.action_mask()
     return 0 if mask is None else mask.shape[-1]
-
-
-class OwnCritic:
-    """The critic on each agent's own observation (IPPO): no global state kept."""
-    state_dim = 0
-    model_state_dim = None  # (what training.models.make_model takes)
-
-    def __init__(self, env):
-        self.env = env
-
-    def state(self, final: bool = False):
-        return None
-
-    def value(self, p, own, state, *memory):
-        """(..., agents) values of the agents' observations `own` (after `memory`)."""
-        return p.value(own, *memory)
-
-    def stored(self, buf: PolicyBuffer, part) -> tuple:
-        """The critic's inputs (own, state) of the stored steps `part`."""
-        return buf.obs[part], None
-
-    def by_members(self, buf: PolicyBuffer) -> tuple:
-        """The critic's inputs of the whole stored rollout, the replicas leading."""
-        return buf.obs.transpose(0, 1), None
-
-    def rows(self, buf: PolicyBuffer, rows):
-        """The critic's input of flat buffer rows `rows` in a training pass (its own)."""
-        return None
-
-
-class CentralCritic(OwnCritic):
-    """The critic on the replica's global state (`policy.critic: central`, MAPPO): one
-    value per replica, every agent's."""
-
-    def __init__(self, env):
-        self.env = env
-        self.state_dim = self.model_state_dim = env.global_state().shape[-1]
-
-    def state(self, final: bool = False):
-        return self.env.global_state(final=final)
-
-    def value(self, p, own, state, *memory):
-        value = p.value(state)
-        return value[..., None].expand(*value.shape, p.spec.num_agents)
-
-    def stored(self, buf: PolicyBuffer, part) -> tuple:
-        return buf.obs[part], buf.states[part]
-
-    def by_members(self, buf: PolicyBuffer) -> tuple:
-        return buf.obs.transpose(0, 1), buf.states.transpose(0, 1)
-
-    def rows(self, buf: PolicyBuffer, rows):  # its (step, replica) row
-        return take(buf.states.view(-1, buf.states.shape[-1]), rows // buf.obs.shape[2])
-
-
-def critic_input(config, env) -> OwnCritic:
-    return (CentralCritic if config.policy.critic == "central" else OwnCritic)(env)
-
-
-class NoRecurrence:
-    """Feed-forward policies: no state carried between steps."""
-    length = 0
-
-    def memory(self, name: str) -> tuple:
-        """Policy `name`'s recurrent state as the critic's extra input (none)."""
-        return ()
-
-    def store(self, t: int, p, values, obs, state):
-        """What a recurrent policy keeps of step t (nothing here)."""
-
-    def inputs(self, buf: PolicyBuffer, rows) -> tuple:
-        """A training pass's extra inputs for flat rows `rows` (none)."""
-        return ()
-
-
-class Recurrence(NoRecurrence):
-    """Recurrent policies (`policy.recurrent`, trained on sequences of `length` steps): the
-    actors' states `memory` (policy name -> its latest), stored at every sequence's
-    start; the values stored per step as the policy acts (its critic needs the state)."""
-
-    def __init__(self, length: int, memory: dict):
-        self.length, self.states = length, memory
-
-    def memory(self, name: str) -> tuple:
-        return (self.states[name],)
-
-    def store(self, t: int, p, values, obs, state):
-        memory = self.states[p.name]
-        if t % self.length == 0:  # a sequence starts
-            p.buffer.memory[t // self.length].copy_(memory)
-        p.buffer.values[t] = values(p, obs, state, memory)
-
-    def inputs(self, buf: PolicyBuffer, rows) -> tuple:
-        """(each sequence's start state, where an episode restarts it): `rows` (..., steps)."""
-        per_step = buf.rewards.shape[1] * buf.rewards.shape[2]  # rows between steps
-        first = rows[..., 0]
-        start_state = buf.memory.view(-1, buf.memory.shape[-1])[
-            (first // (per_step * self.length)) * per_step + first % per_step]
-        resets = torch.zeros(rows.shape, dtype=torch.bool, device=rows.device)
-        if rows.shape[-1] > 1:  # an episode that ended with step l-1 restarts it at l
-            resets[..., 1:] = take(buf.dones.reshape(-1), rows[..., :-1])
-        return start_state, resets
-
-
-def recurrence(length: int, memory: dict) -> NoRecurrence:
-    return Recurrence(length, memory) if length else NoRecurrence()
 
 
 class TruncationBootstrap:

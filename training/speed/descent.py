@@ -78,6 +78,8 @@ class Adam:
         self.lr = torch.zeros(shape, device=device if device_lr else "cpu")
         self.set_lr(lr)
         self._views, self._grad_views = None, (None, None)  # members' slices, made once
+        for p in self.params:  # backward accumulates into these, at every step the same
+            p.grad = torch.zeros_like(p)  # tensors (a captured step needs it so)
 
     # ---- the learning rate -------------------------------------------------------------
     def set_lr(self, lr):
@@ -98,8 +100,8 @@ class Adam:
 
     # ---- the eager step --------------------------------------------------------------
     def zero_grad(self):
-        for p in self.params:
-            p.grad = None
+        """Every parameter's gradient to 0, in place."""
+        torch._foreach_zero_([p.grad for p in self.params if p.grad is not None])
 
     @torch.no_grad()
     def step(self, grads: list | None = None, members=None):
@@ -223,7 +225,7 @@ class MinibatchStep:
         """The step on `rows` (members, units[, length]) with their normalised advantages,
         returns and weights (None: every row counts), `total` the weights' sum per member
         (None: the rows' count); of the population members `members`
-        (training.algorithms.units.learners: their `index`, None for all). Returns the
+        (ppo_members_units.learners: their `index`, None for all). Returns the
         minibatch's statistics, per member."""
         count = rows.shape[self.unit_dim]
         if self.whole is not None and count <= self.chunk and members.index is None:

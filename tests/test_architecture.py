@@ -9,7 +9,7 @@ is imported or run):
   their imports (those inside functions too) point down those layers, so there is no cycle,
   and each folder imports what its row in the folder table says;
 - each folder of training/ opens with a one-line docstring, and the doc describes every
-  folder (each of its modules named) and has a row for every module;
+  folder (the concepts it holds, not each module: a refactor edits no row);
 - the plain-function claims: losses.py imports torch alone, only speed/ calls
   torch.compile or captures a CUDA graph, and the loop names no algorithm.
 """
@@ -234,13 +234,12 @@ def layers() -> dict:
 
 
 def folder_rows() -> dict:
-    """folder -> (the modules its row names, the units it says the folder imports)."""
+    """folder -> the units its row says the folder imports."""
     out = {}
-    for folder, holds, imports in table(section("Folders of `training/`"),
-                                        ("folder", "holds", "imports of `training/`")):
+    for folder, _, imports in table(section("Folders of `training/`"),
+                                    ("folder", "holds", "imports of `training/`")):
         (name,) = ticked(folder)
-        out[name] = ({t for t in ticked(holds) if re.fullmatch(r"\w+\.py", t)},
-                     set(ticked(imports)) if imports != "nothing" else set())
+        out[name] = set(ticked(imports)) if imports != "nothing" else set()
     return out
 
 
@@ -268,10 +267,7 @@ def test_each_folder_imports_what_its_row_says():
     graph, described = import_graph(), folder_rows()
     folders = {u for u in training_units() if u.endswith("/")}
     assert set(described) == folders, "the folder table describes every folder, once"
-    for folder, (modules, imports) in described.items():
-        assert modules - {"__init__.py"} == {p.name for p in (TRAINING / folder).glob("*.py")
-                                             if p.name != "__init__.py"}, \
-            f"{folder}: its row names its modules"
+    for folder, imports in described.items():
         assert graph[folder] == imports, f"{folder} imports {sorted(graph[folder])}"
 
 
@@ -287,18 +283,6 @@ def test_each_folder_opens_with_one_line():
         assert docstring and "\n" not in docstring.strip(), f"{folder}: not a one-line docstring"
         if folder not in more:
             assert len(tree(init).body) == 1, f"{folder}__init__.py holds more than its line"
-
-
-def test_every_module_of_training_has_a_row():
-    described = set()
-    for cells in table(section("Modules of `training/`"), ("module", "concept")):
-        paths = ticked(cells[0])
-        folder = (ROOT / paths[0]).parent
-        described |= {(ROOT / paths[0]).resolve()} | {(folder / p).resolve() for p in paths[1:]}
-    modules = {p.resolve() for p in TRAINING.rglob("*.py")
-               if "__pycache__" not in p.parts and p.name != "__init__.py"}
-    modules.add((TRAINING / "algorithms" / "__init__.py").resolve())  # the name table
-    assert not modules - described, sorted(str(p.relative_to(ROOT)) for p in modules - described)
 
 
 # ---- paths and names --------------------------------------------------------------------
@@ -432,7 +416,7 @@ SPEED_CALLS = {"torch.compile", "torch.cuda.graph", "torch.cuda.CUDAGraph",
 
 def test_the_losses_are_plain_functions_of_tensors():
     """losses.py imports torch alone and names neither torch.compile nor a CUDA graph."""
-    assert "`losses.py`: GAE" in section("Plain functions and the speed")
+    assert "(`losses.py`: GAE" in section("The learner: plain functions, the speed around them")
     path = TRAINING / "losses.py"
     modules = {a.name for n in ast.walk(tree(path)) if isinstance(n, ast.Import)
                for a in n.names}

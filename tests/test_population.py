@@ -67,13 +67,13 @@ def test_each_member_trains_as_its_solo_run(case, monkeypatch):
     env, overrides = CASES[case]
     trainer = Trainer(config(env, **{"trainer.population": 2, **overrides}), env_class(env))
     counts = []
-    units = type(trainer.algorithm).units
+    member_rows = type(trainer.algorithm).member_rows
 
-    def noted(self, buf):
-        out = units(self, buf)
-        counts.append([u.shape[0] for u in out.rows])
-        return out
-    monkeypatch.setattr(type(trainer.algorithm), "units", noted)
+    def noted(self, p):
+        own, weights = member_rows(self, p)
+        counts.append([rows.shape[0] for rows in own])
+        return own, weights
+    monkeypatch.setattr(type(trainer.algorithm), "member_rows", noted)
     got = iterations(trainer, 3)
     if env == "tag_continuous":  # the runners' rows in play: one member's differ from the other's
         assert any(a != b for a, b in counts[1::2])
@@ -306,14 +306,14 @@ def test_members_train_on_their_rows_in_play():
     active[:, 0:4, 0] = False      # member 0: a third of its rows out of play
     active[:, 4:8, :] = False      # member 1: every row
     active[:, 8:12, 2] = False     # member 2: a third
-    units, weights = algorithm.units(runner).rows, algorithm.units(runner).weights
+    units, weights = algorithm.member_rows(runner)
     flat = active.reshape(-1)
     every = active[:, 0:4].numel()
     assert [u.shape[0] for u in units] == [every * 2 // 3, every, every * 2 // 3]
     for k, u in enumerate(units):
-        assert torch.equal((u[:, 0] // 3) % 12 // 4, torch.full((len(u),), k))  # its own rows
-        assert bool((u[1:, 0] > u[:-1, 0]).all())  # in its solo run's order
-    assert flat[units[0][:, 0]].all() and flat[units[2][:, 0]].all()
+        assert torch.equal((u // 3) % 12 // 4, torch.full((len(u),), k))  # its own rows
+        assert bool((u[1:] > u[:-1]).all())  # in its solo run's order
+    assert flat[units[0]].all() and flat[units[2]].all()
     assert torch.equal(weights, flat.float())
     trainer.iterate(1e-3)  # and the update runs on them
 
@@ -327,7 +327,7 @@ def test_a_populations_minibatches_in_chunks_train_as_whole_ones():
                                                 "trainer.rollout_len": 32,
                                                 "trainer.max_minibatch_rows": rows}),
                           env_class("cartpole"))
-        assert trainer.algorithm.policies[0].step.chunk == rows
+        assert trainer.algorithm.speed.chunk == rows
         results.append(iterations(trainer, 2))
     for (whole, _), (chunked, _) in zip(*results):
         for name, values in whole.items():

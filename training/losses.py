@@ -25,74 +25,68 @@ def gae(rewards, values, dones, next_value, gamma: float, lam: float):
     return advantages, advantages + values
 
 
-# Every reduction below is over all of its input (`dim` None), or over the last dim only
-# (`dim` -1): a population's (members, rows), one result per member.
+# Every reduction below is over all of its input (a population's members run them under
+# torch.func.vmap, each on its own rows: training.algorithms.ppo_members).
 
 
-def normalized(adv, weights, total, dim=None):
+def normalized(adv, weights, total):
     """Advantages less their mean, over their standard deviation (weighted: rows in play;
-    `total`: their weights' sum, kept as a dim where `dim` is given)."""
+    `total`: their weights' sum)."""
     if weights is None:
-        return (adv - adv.mean(dim, keepdim=True)) / (adv.std(dim, keepdim=True) + 1e-8)
-    mean = (adv * weights).sum(dim, keepdim=True) / total
-    std = (((adv - mean) ** 2 * weights).sum(dim, keepdim=True)
-           / (total - 1).clamp_min(1.0)).sqrt()
+        return (adv - adv.mean()) / (adv.std() + 1e-8)
+    mean = (adv * weights).sum() / total
+    std = (((adv - mean) ** 2 * weights).sum() / (total - 1).clamp_min(1.0)).sqrt()
     return (adv - mean) / (std + 1e-8)
 
 
-def weighted_mean(x, weights=None, dim=None):
+def weighted_mean(x, weights=None):
     """The mean of `x`, or its mean weighted by `weights` (rows outside an agent's episode
     weigh 0)."""
     if weights is None:
-        return x.mean(dim)
-    return (x * weights).sum(dim) / weights.sum(dim).clamp_min(1.0)
+        return x.mean()
+    return (x * weights).sum() / weights.sum().clamp_min(1.0)
 
 
-def policy_loss(new_log_prob, old_log_prob, advantages, clip_coef: float, weights=None,
-                dim=None):
+def policy_loss(new_log_prob, old_log_prob, advantages, clip_coef: float, weights=None):
     """PPO's clipped surrogate (to minimise), and the fraction of clipped ratios."""
     ratio = torch.exp(new_log_prob - old_log_prob)
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)
-    clip_fraction = weighted_mean(((ratio - 1).abs() > clip_coef).float(), weights, dim)
-    return weighted_mean(torch.max(unclipped, clipped), weights, dim), clip_fraction
+    clip_fraction = weighted_mean(((ratio - 1).abs() > clip_coef).float(), weights)
+    return weighted_mean(torch.max(unclipped, clipped), weights), clip_fraction
 
 
-def value_loss(new_value, old_value, returns, clip_coef: float | None, weights=None,
-               dim=None):
+def value_loss(new_value, old_value, returns, clip_coef: float | None, weights=None):
     """Half the squared error, optionally with PPO's value clipping."""
     unclipped = (new_value - returns) ** 2
     if clip_coef is None:
-        return 0.5 * weighted_mean(unclipped, weights, dim)
+        return 0.5 * weighted_mean(unclipped, weights)
     clipped_value = old_value + torch.clamp(new_value - old_value, -clip_coef, clip_coef)
     clipped = (clipped_value - returns) ** 2
-    return 0.5 * weighted_mean(torch.max(unclipped, clipped), weights, dim)
+    return 0.5 * weighted_mean(torch.max(unclipped, clipped), weights)
 
 
-def approx_kl(new_log_prob, old_log_prob, weights=None, dim=None):
+def approx_kl(new_log_prob, old_log_prob, weights=None):
     """The low-variance KL estimator ((r - 1) - log r)."""
     log_ratio = new_log_prob - old_log_prob
-    return weighted_mean((log_ratio.exp() - 1) - log_ratio, weights, dim)
+    return weighted_mean((log_ratio.exp() - 1) - log_ratio, weights)
 
 
 def ppo_objective(new, old_log_prob, old_value, advantages, returns, weights, clip_coef,
-                  clip_vloss: bool, ent_coef, vf_coef, dim=None):
+                  clip_vloss: bool, ent_coef, vf_coef):
     """(detached statistics: policy loss, value loss, entropy, approx KL, clip fraction;
     the loss to minimise) of PPO, from the training pass's `new` (log-prob, entropy,
-    value). With `dim` -1 every input leads with a population's members, and so do the
-    results: statistics (members, 5), the loss (members,); each coefficient is a number or
-    one per member (`clip_coef` (members, 1), beside its rows)."""
+    value). Each coefficient is a number, or a 0-dim tensor (a member's, under vmap)."""
     new_log_prob, entropy, new_value = new
     pg_loss, clip_fraction = policy_loss(new_log_prob, old_log_prob, advantages, clip_coef,
-                                         weights, dim)
+                                         weights)
     v_loss = value_loss(new_value, old_value, returns, clip_coef if clip_vloss else None,
-                        weights, dim)
-    entropy = weighted_mean(entropy, weights, dim)
+                        weights)
+    entropy = weighted_mean(entropy, weights)
     loss = pg_loss - ent_coef * entropy + vf_coef * v_loss
     with torch.no_grad():
         stats = torch.stack([pg_loss, v_loss, entropy,
-                             approx_kl(new_log_prob, old_log_prob, weights, dim),
-                             clip_fraction], -1)
+                             approx_kl(new_log_prob, old_log_prob, weights), clip_fraction])
     return stats, loss
 
 

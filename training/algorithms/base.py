@@ -116,18 +116,18 @@ class Algorithm:
 
     def guarded(self, update, learning: bool = True) -> dict:
         """`update()` (every policy's update; their statistics as one tensor, policies x
-        members x statistics, a solo run's member dim optional), `reported`."""
+        members x statistics, a solo run's member dim optional), `members_reported`."""
         before = self.saved(learning)
-        return self.reported(update(), before)
+        return self.members_reported(update(), before)
 
     def saved(self, learning: bool = True):
         """A population's training state before an update that learns (None: a solo run's,
-        or nothing learns), for `reported` to put a diverged member back."""
+        or nothing learns), for `members_reported` to put a diverged member back."""
         if learning and not self.members.solo:
             return [stacked_state(self.tensors(p)) for p in self.policies]
         return None
 
-    def reported(self, stats: torch.Tensor, before) -> dict:
+    def members_reported(self, stats: torch.Tensor, before) -> dict:
         """An update's statistics (policies x members x statistics), read once; a
         population's member whose statistics or parameters stopped being finite put back
         to its state `before` and frozen. The statistics by reported name (of the members

@@ -144,8 +144,8 @@ class NetsOn:
             for online, target in ((self.critic_params, self.model.target_critics),
                                    (self.actor_params, self.model.target_actor)):
                 named = dict(target.named_parameters())
-                torch._foreach_lerp_([named[n] for n in online], list(online.values()),
-                                     self.tau)
+                for name, value in online.items():
+                    named[name].lerp_(value, self.tau)
 
 
 class Optimizers:

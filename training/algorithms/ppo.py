@@ -24,6 +24,8 @@ asks how it is run. A population of such runs is ppo_members.py.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from gpusim.errors import GpusimError
@@ -68,12 +70,12 @@ class PPO(Algorithm):
         self.state_dim = env.global_state().shape[-1] if self.central else 0
         self.mask_width = mask_width(env)
         env.backend.check_fits(
-            f"the rollout buffers ({t.rollout_len} steps x {env.num_envs:,} replicas x "
+            f"the rollout buffers ({t.rollout_len} steps x {self.replicas_named()} replicas x "
             f"{env.num_agents} agents)",
             sum(buffer_bytes(spec, t.rollout_len, env.num_envs, self.state_dim, self.mask_width)
                 for spec in env.policy_specs.values()))
         self.check_models_fit(networks=2)  # an actor and a critic each
-        self.policies = [self.make_policy(name, spec) for name, spec in env.policy_specs.items()]
+        self.policies = self.make_policies()
         self.league = None
         if cfg.league:
             from ..league.pools import League
@@ -97,6 +99,12 @@ class PPO(Algorithm):
             from ..noise_scale import NoiseScale
             self.noise = NoiseScale(cfg.noise_scale_every, env.num_envs)
         self.speed.probe(self)  # a compiled training pass tried now, before training
+
+    def replicas_named(self) -> str:
+        return f"{self.env.num_envs:,}"
+
+    def make_policies(self) -> list:
+        return [self.make_policy(name, spec) for name, spec in self.env.policy_specs.items()]
 
     def make_policy(self, name, spec) -> Policy:
         """Policy `name`: its model made from torch's generator (seeded with the run's
@@ -126,7 +134,9 @@ class PPO(Algorithm):
         for t in range(t_cfg.rollout_len):
             with self.timer("forward"):
                 active = env.agent_active()
-                state, mask = self.global_state(), env.action_mask()
+                # (the replicas' global state: what a central critic sees)
+                state = env.global_state() if self.central else None
+                mask = env.action_mask()
                 for p in self.policies:
                     p.buffer.store_inputs(t, self.observe(p.name, self.next_obs), active,
                                           p.agents, mask, state)
@@ -153,10 +163,6 @@ class PPO(Algorithm):
                 if self.league is not None:
                     self.league.episode_ended(t, done)
                 self.episodes.record(t, reward, done, active)
-
-    def global_state(self):
-        """The replicas' global state a central critic sees (None: the critic is local)."""
-        return self.env.global_state() if self.central else None
 
     def values(self, p: Policy, obs, state, *memory):
         """(envs, the policy's agents) values of an env's (envs, agents, obs) array (of the
@@ -217,7 +223,8 @@ class PPO(Algorithm):
         with torch.no_grad():
             self.rollout_values(p, rows.valued)
             memory = (self.memory[p.name],) if self.bptt_len else ()
-            next_value = self.values(p, self.next_obs, self.global_state(), *memory)
+            state = self.env.global_state() if self.central else None
+            next_value = self.values(p, self.next_obs, state, *memory)
             advantages, returns = p.gae(buf.rewards, buf.values, buf.dones, next_value.float())
         advantages, returns = advantages.reshape(-1), returns.reshape(-1)
         stats = 0.0
@@ -250,17 +257,18 @@ class PPO(Algorithm):
         return losses.gae(rewards, values, dones, next_value, self.config.trainer.gamma,
                           self.cfg.gae_lambda)
 
-    def loss(self, p: Policy, rows, adv, returns, weights, forward=None):
+    def loss(self, p: Policy, rows, adv, returns, weights, forward=None, coefs=None):
         """(detached statistics, loss) of PPO's objective on buffer rows `rows` (any shape:
         (sequences, steps) for a recurrent policy); `forward`: the training pass (default
-        the policy's own)."""
+        the policy's own); `coefs`: the clip, entropy and value coefficients (default the
+        config's)."""
         buf = p.buffer
+        clip, ent, vf = coefs or (self.cfg.clip_coef, self.cfg.ent_coef, self.cfg.vf_coef)
         with self.precision.autocast():
             new = (forward or p.train_pass)(*self.inputs(p, rows))
         flat = [None if x is None else x.reshape(-1) for x in (
             *new, buf.take("log_probs", rows), buf.take("values", rows), adv, returns, weights)]
-        return losses.ppo_objective(flat[:3], *flat[3:], self.cfg.clip_coef, self.cfg.clip_vloss,
-                                    self.cfg.ent_coef, self.cfg.vf_coef)
+        return losses.ppo_objective(flat[:3], *flat[3:], clip, self.cfg.clip_vloss, ent, vf)
 
     def inputs(self, p: Policy, rows) -> tuple:
         """The training pass's inputs for buffer rows `rows`: observations, actions, legal
@@ -309,7 +317,12 @@ class PPO(Algorithm):
         active = p.buffer.active.reshape(-1) if self.per_agent_done else None
         weights = None if active is None else active.float()
         if self.bptt_len:  # (a league of recurrent policies is refused)
-            return Rows(sequences(shape, self.bptt_len, device), weights, None)
+            units = sequences(shape, self.bptt_len, device)
+            if units.shape[0] < self.cfg.num_minibatches:
+                raise GpusimError(f"policy {p.name!r} has {units.shape[0]} sequences per "
+                                  "rollout, fewer than trainer.num_minibatches "
+                                  f"({self.cfg.num_minibatches})")
+            return Rows(units, weights, None)
         replicas = None if self.league is None else self.league.trains_on(p.name)
         units = rows_of(shape, torch.arange(shape[1], device=device) if replicas is None
                         else torch.tensor(replicas, device=device))
@@ -363,7 +376,7 @@ class PPO(Algorithm):
 
     def load_state_dict(self, state: dict):
         self.check_policies(state, "models", "optimizers")
-        self.alive, self.finished = list(state["alive"]), list(state["finished"])
+        self.alive[:], self.finished[:] = state["alive"], state["finished"]
         if self.league is not None:
             self.league.load_state_dict(state["league"])
         for p in self.policies:
@@ -391,16 +404,14 @@ class A2C(PPO):
     Config = A2CConfig
 
 
-class Rows:
+class Rows(NamedTuple):
     """One policy's minibatch material for an update: `units` (flat buffer rows (step,
     replica, agent), or a recurrent policy's (sequences, bptt_len)), every flat row's
     `weights` (None: all count), and `valued`, the flat rows whose values GAE reads
-    (None: all)."""
-
-    def __init__(self, units, weights, valued):
-        self.units, self.weights, self.valued = units, weights, valued
-        if units.shape[0] < 1:
-            raise GpusimError("a policy has no rows to train on")
+    (None: all). (A tuple: a captured update copies its tensors in.)"""
+    units: torch.Tensor
+    weights: torch.Tensor | None
+    valued: torch.Tensor | None
 
 
 def rows_of(shape: tuple, replicas: torch.Tensor) -> torch.Tensor:

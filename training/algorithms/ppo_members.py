@@ -1,304 +1,263 @@
-"""A population of PPO (or A2C) runs trained side by side in one process, over a member dim.
+"""A population of PPO (or A2C) runs trained side by side in one process: the solo run's
+steps under torch.func.vmap, as PureJaxRL vectorises its train step.
 
-`trainer.population` (training.population.members): N members, each the solo run
-(training.algorithms.ppo) of its seed and settings, their networks stacked
-(training.population.stacked: one batched product per layer), their Adam one with a
-member dim (training.speed.descent), their minibatches cut from each member's own
-share of the replicas (ppo_members_units.py). Read as the solo PPO: the rollout,
-then per policy the rollout's values, GAE and epochs of minibatches, every member at
-once; a member whose loss or parameters stop being finite is put back and frozen.
-How it runs is chosen once (ppo_members_build.py). A population is
-feed-forward and without a league (both refused in one line).
+`trainer.population` (training.population.members) makes N members, each the solo run
+(ppo.py) of its seed and settings. The env holds every member's replicas side by side
+(member k's the k-th share, seeded as its solo run), so the rollout is the solo one:
+each policy's network is the members' networks stacked (population.stacked), whose
+acting and critic passes run each member on its share under vmap. The update is the
+solo one per member: GAE over the whole buffer (each replica's own), each member's
+minibatches from its own rows and generator, and the solo loss (`PPO.loss`) under
+`vmap(grad(...))` over the members, then one Adam with a member dim (each member's rate
+and clip). What differs from ppo.py is written here; nothing in ppo.py knows it. A
+population is feed-forward and without a league (both refused in one line); a member
+whose loss or parameters stop being finite is put back and frozen.
 """
 from __future__ import annotations
 
 import torch
 
 from .. import losses
-from ..league.pools import make_league
+from ..losses import take
 from ..models import make_model
-from ..noise_scale import NoiseScale
-from ..population.members import Members
-from .base import Algorithm
-from .ppo_config import (CPU_COMPILE_MIN_STEPS, A2CConfig, PPOConfig, check_for_env,
-                         run_config, sequence_length)
-from .ppo_members_build import (Policy, check_buffers_fit, choose_speed, coefficients,
-                                critic_input, make_actors, make_policies, probe, recurrence)
-from .ppo_members_units import EVERYONE, Units, learners, make_units, minibatches
-from .rollout import TruncationBootstrap, mask_width
+from ..population.members import Members, noise_generator
+from ..population.stacked import StackedPolicy, check_stack_fits
+from ..speed.descent import Adam
+from .ppo import PPO, Policy, rows_of
+from .ppo_config import A2CConfig, check_for_env, run_config
+from .rollout import PolicyBuffer
 
 
-class PopulationPPO(Algorithm):
-    Config = PPOConfig
-    stats = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
-    auto_scales = True
-    captures_graphs = True
-
+class PopulationPPO(PPO):
     def __init__(self, config, env, context, timer):
         self.members = Members(config, env, context)
-        check_for_env(config, env, population=not self.members.solo)
-        super().__init__(run_config(config, not self.members.solo), env, context, timer)
-        t, members = self.config.trainer, self.members
-        # what each concern decides once: the critic's input, recurrent sequences, masks
-        self.central = config.policy.critic == "central"
-        self.critic_input = critic_input(config, env)
-        self.bptt_len = sequence_length(config)
-        self.mask_width = mask_width(env)
-        self.state_dim = self.critic_input.state_dim
-        self.speed = choose_speed(self)  # how it runs (ppo_members_build), before what it runs
-        check_buffers_fit(self)
-        self.policies = make_policies(self)  # each whole, its passes as the speed chose
-        self.league = make_league(self)
-        self.learners = self.league.learners(self.policies)  # (index, policy) that learn
-        self.actors = make_actors(self)
-        self.recurrence = recurrence(self.bptt_len, self.actors.memory)
-        # (in a league: the replicas where each policy learns)
-        self.episodes.counted.update(self.league.counted([p.name for p in self.policies],
-                                                         env.num_envs, env.device))
+        check_for_env(config, env, population=True)
+        super().__init__(run_config(config, True), env, context, timer)
+        members = self.members
+        self.alive, self.finished = members.alive, members.finished  # (the same lists)
         self.episodes.members = members.count
-        self.bootstrap = TruncationBootstrap(env, t.rollout_len, t.gamma, self.central,
-                                             self.actors.memory)
-        self.shuffles = members.shuffles()
-        self.coefs, self.lam = coefficients(members, t.num_envs)  # what the loss and GAE take
+        self.shuffles = members.shuffles()  # each member's own generator
         self.update_stats = torch.zeros((len(self.policies), members.count, len(self.stats)),
                                         device=env.device)
-        self.noise = NoiseScale.for_run(self)  # the gradient noise scale, where asked for
-        probe(self)  # a compiled training pass tried now, before training
+        # each member's coefficients; GAE's lambda per replica, its member's
+        self.coefs = [members.setting(k) for k in ("clip_coef", "ent_coef", "vf_coef")]
+        self.lam = members.setting("gae_lambda").repeat_interleave(
+            config.trainer.num_envs)[None, :, None]
+        self.member_grads = {p.name: member_gradient(self, p) for p in self.policies}
 
-    # ---- the rollout ------------------------------------------------------------------
-    def collect(self, env_steps: int):
-        """A rollout (its CUDA graph replayed, once captured: one section, "rollout")."""
-        self.speed.collect(self.timer)
+    def replicas_named(self) -> str:
+        return f"a population of {self.members.count} (trainer.population) x " \
+               f"{self.config.trainer.num_envs:,}"
 
-    @torch.no_grad()
-    def rollout(self):
-        """`rollout_len` steps: each policy's inputs stored, every agent's action drawn into
-        the env's arrays, the env stepped, its rewards and done marks stored."""
-        env = self.env
-        for t in range(self.config.trainer.rollout_len):
-            with self.timer("forward"):
-                active = env.agent_active()
-                self._store_inputs(t, active)
-                with self.precision.autocast():
-                    acted = self.actors.act(self.next_obs)  # written into the env's arrays
-                for p in self.policies:
-                    p.buffer.actions[t].copy_(acted.stored[p.name])
-                    p.buffer.log_probs[t].copy_(acted.log_prob[p.name])
-            with self.timer("env"):
-                _, reward, terminated, truncated, info = env.step()
-            with self.timer("forward"):
-                self._store_outcome(t, reward, info["reset_mask"], truncated, active)
+    def check_models_fit(self, networks: int):
+        super().check_models_fit(networks * self.members.count)
 
-    def _store_inputs(self, t: int, active):
-        """Step t's observation, activity, legal choices, critic input, and a recurrent
-        policy's state and value (a feed-forward critic runs after the rollout)."""
-        state, mask = self.critic_input.state(), self.env.action_mask()
-        for p in self.policies:
-            p.buffer.store_inputs(t, self.observe(p.name, self.next_obs), active, p.agents,
-                                  mask, state)
-            self.recurrence.store(t, p, self.values, self.next_obs, state)
-
-    def _store_outcome(self, t: int, reward, done, truncated, active):
-        """Step t's rewards and done marks; the truncation bootstrap; episode returns."""
-        still = self.env.agent_active()
-        for p in self.policies:
-            p.buffer.store_outcome(t, reward, self.config.trainer.reward_scale, done, active,
-                                   still, p.agents)
-        self.bootstrap.record(t, truncated)
-        self.bootstrap.after_step(t, self.values, self.policies)
-        self.actors.episode_ended(done, still)
-        self.league.episode_ended(t, done)
-        self.episodes.record(t, reward, done, active)
-
-    def values(self, p: Policy, obs, state, *memory):
-        """(envs, the policy's agents) values of an env's (envs, agents, obs) array (after
-        a recurrent policy's states `memory`)."""
-        return self.critic(p, self.observe(p.name, obs), state, *memory)
-
-    def critic(self, p: Policy, own, state, *memory):
-        """(..., agents) values of the agents' own observations `own` (..., agents, obs)
-        after the recurrent states `memory`, or of the replicas' global `state`."""
-        with self.precision.autocast():
-            return self.critic_input.value(p, own, state, *memory)
+    def make_policies(self) -> list:
+        """Each policy's network: every member's made from its seed (every policy of member
+        0, then of member 1, ...) and stacked; each member's exploration from a generator
+        of its own, as its solo run draws it."""
+        env, config, t, members = self.env, self.config, self.config.trainer, self.members
+        nets, noise = [], []
+        for member in members.list:
+            torch.manual_seed(member.seed)
+            nets.append({name: make_model(spec, config.policy, self.state_dim or None)
+                         for name, spec in env.policy_specs.items()})
+            noise.append(noise_generator(member.seed, env.device))
+        check_stack_fits(env.backend, f"a population of {members.count} (trainer.population)",
+                         list(nets[0].values()), members.count)
+        policies = []
+        for name, spec in env.policy_specs.items():
+            model = StackedPolicy([n[name] for n in nets]).to(env.device)
+            model.generators = noise
+            adam = Adam(model.parameters(), members.rates(t.lr), eps=1e-5,
+                        max_grad_norm=members.setting("max_grad_norm"), members=members.count,
+                        device_lr=self.use_graphs)
+            buffer = PolicyBuffer(spec, t.rollout_len, env.num_envs, env.device, self.state_dim,
+                                  self.mask_width)
+            policies.append(Policy(name, spec, self.agents[name], model, adam, buffer, model))
+        return policies
 
     # ---- the update -------------------------------------------------------------------
     def update(self, lr: float) -> dict:
-        """Every policy's update: what minibatches are made of and their shuffles, drawn
-        first; then the update (its graph replayed, once captured)."""
-        members = self.members
-        self.league.record(self.episodes)  # (the rollout's league games)
+        """As the solo update, for every member still learning (each at its own rate); a
+        member that diverged is put back and frozen."""
         for p in self.policies:
-            p.adam.set_lr(members.rates(lr))
+            p.adam.set_lr(self.members.rates(lr))
         orders = self.orders()
-        if not any(members.alive):  # (the loop ends after this iteration)
+        if not any(self.alive):  # (the loop ends after this iteration)
             self.update_stats.zero_()
-            return self.reported(self.update_stats, None)
-        noise = self.noise.measure(self)  # at the rollout's parameters, where due
+            return self.members_reported(self.update_stats, None)
         before = self.saved()
-        stats = self.speed.update_all(orders, learners(members.alive, self.env.device,
-                                                       self.speed.whole))
-        self.league.after_update(self.policies)
-        return self.noise.added(self.reported(stats, before), noise)
+        return self.members_reported(self.speed.update(orders), before)
 
     def orders(self) -> dict:
-        """Each learning policy's units and every epoch's shuffle of each member's units
-        (from the member's own generator)."""
+        """Each policy's rows, per member, and every epoch's shuffle of each member's rows
+        from that member's own generator."""
         orders = {}
         for _, p in self.learners:
-            units = self.units(p)
-            orders[p.name] = (units, [[torch.randperm(u.shape[0], generator=g, device=g.device)
-                                       for u, g in zip(units.rows, self.shuffles)]
-                                      for _ in range(self.cfg.update_epochs)])
+            own, weights = self.member_rows(p)
+            orders[p.name] = ((own, weights), [
+                [torch.randperm(r.shape[0], generator=g, device=g.device)
+                 for r, g in zip(own, self.shuffles)] for _ in range(self.cfg.update_epochs)])
         return orders
 
-    def update_all(self, orders: dict, learning=EVERYONE) -> torch.Tensor:
-        """Each learning policy's update on its units and shuffles `orders[name]`, of the
-        members `learning` (ppo_members_units.learners); the statistics, policies
-        x members."""
-        for k, p in self.learners:
-            self.update_stats[k].copy_(self.update_policy(p, *orders[p.name], learning))
-        return self.update_stats
-
-    def update_policy(self, p: Policy, units, orders: list, learning) -> torch.Tensor:
-        """The rollout's values and GAE, then `update_epochs` passes of shuffled minibatches
-        (of rows, or of agent sequences for a recurrent policy); the mean statistics."""
+    def update_policy(self, p: Policy, rows: tuple, orders: list) -> torch.Tensor:
+        """The rollout's values and GAE, then `update_epochs` passes of every member's
+        shuffled minibatches, each a vmapped solo step; statistics (members, stats)."""
         cfg, buf = self.cfg, p.buffer
         with torch.no_grad():
-            self.rollout_values(p, units.value_rows)
-            next_value = self.values(p, self.next_obs, self.critic_input.state(),
-                                     *self.recurrence.memory(p.name))
+            self.rollout_values(p)
+            state = self.env.global_state() if self.central else None
+            next_value = self.values(p, self.next_obs, state)
             advantages, returns = p.gae(buf.rewards, buf.values, buf.dones, next_value.float())
         advantages, returns = advantages.reshape(-1), returns.reshape(-1)
+        own, weights = rows
+        # who steps: the members still learning; in a captured update every member, those
+        # no longer learning at rate 0
+        learning = None if self.speed.whole else self.members.learning()
         stats = 0.0
         for epoch in range(cfg.update_epochs):
-            for rows, weights in minibatches(units, orders[epoch], cfg.num_minibatches, p.name):
-                stats = stats + self.minibatch_step(p, rows, weights, advantages, returns,
-                                                    learning)
+            for mb, held in minibatches(own, weights, orders[epoch], cfg.num_minibatches):
+                adv = take(advantages, mb)
+                if cfg.norm_adv and mb.shape[1] > 1:
+                    adv = torch.func.vmap(normalized, in_dims=(0, None if held is None
+                                                               else 0))(adv, held)
+                stats = stats + self.members_step(p, mb, adv, take(returns, mb), held,
+                                                  learning)
         return stats / (cfg.update_epochs * cfg.num_minibatches)
 
-    def rollout_values(self, p: Policy, in_play=None):
-        """Every step's value, in critic calls over the stored rollout (the critic does not
-        act, so it need not run per step; a recurrent one's were stored as it acted); with
-        `in_play` (flat rows, a lone critic on its own observations) the values of those
-        rows only: GAE never reads the others from them."""
-        p.rollout_values(in_play)
+    def members_step(self, p: Policy, rows, adv, returns, weights, learning):
+        """Every member's minibatch step at once (inputs (members, rows)): its gradient
+        under vmap, in chunks of `max_minibatch_rows` rows per member where it has more
+        (each chunk's loss weighed by its share of the member's rows), then Adam's step of
+        the members `learning` (None: all). The statistics, (members, stats)."""
+        size, chunk = rows.shape[1], self.speed.chunk
+        total = None if weights is None else weights.sum(1).clamp_min(1.0)
+        grads, stats = None, 0.0
+        for start in range(0, size, chunk):
+            n = min(chunk, size - start)
+            part = [x if x is None else x.narrow(1, start, n)
+                    for x in (rows, adv, returns, weights)]
+            share = torch.full((rows.shape[0],), n / size, device=adv.device) \
+                if weights is None else part[3].sum(1) / total
+            g, out = self.member_grads[p.name](*part, share)
+            grads = g if grads is None else [a + b for a, b in zip(grads, g)]
+            stats = stats + out
+        p.adam.step(grads, learning)
+        return stats
 
-    def values_by_steps(self, p: Policy):
-        """A network's values of the stored rollout, a few steps at a time (bounded memory)."""
+    def gae(self, rewards, values, dones, next_value) -> tuple:
+        """GAE of every replica at once: each with its member's lambda."""
+        return losses.gae(rewards, values, dones, next_value, self.config.trainer.gamma,
+                          self.lam)
+
+    def rollout_values(self, p: Policy, valued=None):
+        """Every step's value in one critic call: the members' replicas leading (the stacked
+        network splits its inputs' leading dim among the members)."""
         buf = p.buffer
-        steps = max(1, self.cfg.max_minibatch_rows // buf.values[0].numel())
-        for t in range(0, buf.values.shape[0], steps):
-            part = slice(t, t + steps)
-            buf.values[part] = self.critic(p, *self.critic_input.stored(buf, part))
+        states = buf.states.transpose(0, 1) if self.central else None
+        buf.values.copy_(self.critic(p, buf.obs.transpose(0, 1), states).transpose(0, 1))
 
-    def values_by_members(self, p: Policy):
-        """Stacked networks' values of the stored rollout: the members' replicas leading
-        (the stacked networks split dim 0)."""
-        buf = p.buffer
-        buf.values.copy_(self.critic(p, *self.critic_input.by_members(buf)).transpose(0, 1))
+    def member_rows(self, p: Policy) -> tuple:
+        """Each member's flat rows, in its solo run's order (with per-agent done and
+        `out_of_play: skip`, its rows in play, unless fewer than its minibatches), and
+        every flat row's weight (None: every row counts)."""
+        shape = tuple(p.buffer.rewards.shape)  # (steps, envs, agents)
+        share, device = shape[1] // self.members.count, p.buffer.rewards.device
+        own = [rows_of(shape, torch.arange(k * share, (k + 1) * share, device=device))
+               for k in range(self.members.count)]
+        if not self.per_agent_done:
+            return own, None
+        active = p.buffer.active.reshape(-1)
+        if self.cfg.out_of_play == "skip":
+            kept = [rows[active[rows]] for rows in own]  # (a host read)
+            own = [k if k.shape[0] >= self.cfg.num_minibatches else rows
+                   for k, rows in zip(kept, own)]
+        return own, active.float()
 
-    def minibatch_step(self, p: Policy, rows, weights, advantages, returns, learning=EVERYONE):
-        """One gradient step on buffer rows `rows` ((members, rows), or (members, sequences,
-        steps)) weighing `weights` (None: all count), of the members `learning`: the
-        advantages normalised over each member's minibatch, then the step."""
-        rows, weights = learning.pick(rows), learning.pick(weights)
-        adv = losses.take(advantages, rows)
-        total = rows[0].numel() if weights is None \
-            else weights.flatten(1).sum(-1, keepdim=True).clamp_min(1.0)
-        if self.cfg.norm_adv and rows[0].numel() > 1:
-            adv = losses.normalized(adv.flatten(1), None if weights is None else
-                                    weights.flatten(1), total, -1).view(rows.shape)
-        stats = p.step(rows, adv, losses.take(returns, rows), weights, total, learning)
-        return learning.put(stats)
+    # ---- what the loop reads ----------------------------------------------------------
+    def finish(self, k: int, iteration: int):
+        self.members.finish(k, iteration)
 
-    def loss(self, p: Policy, rows, adv, returns, weights, learning=EVERYONE, *, forward):
-        """(detached statistics, loss) per member of PPO's objective on buffer rows `rows`
-        (a chunk of a minibatch, of the members `learning`); `forward`: the training pass
-        (the policy's own, or the compiled step's)."""
-        batch = self.gather(p.buffer, rows)
-        clip, ent, vf = (learning.pick(c) for c in self.coefs)
-        with self.precision.autocast():
-            new = forward(*batch["inputs"], members=learning.index)
-        flat = [None if x is None else x.reshape(x.shape[0], -1) for x in (
-            *new, batch["log_probs"], batch["values"], adv, returns, weights)]
-        return losses.ppo_objective(flat[:3], *flat[3:], clip, self.cfg.clip_vloss, ent, vf,
-                                    dim=-1)
-
-    def loss_of(self, p: Policy):
-        """Policy `p`'s loss as a minibatch step takes it, on its own training pass
-        (`self.loss` looked up at each call: a test may wrap it)."""
-        return lambda *batch: self.loss(p, *batch, forward=p.forward)
-
-    def gather(self, buf, rows) -> dict:
-        """The fields the loss reads of flat buffer rows `rows` (any shape: (..., steps)
-        sequences carry a recurrent policy's start states and restarts)."""
-        inputs = (buf.take("obs", rows), buf.take("actions", rows), buf.take("masks", rows),
-                  self.critic_input.rows(buf, rows), *self.recurrence.inputs(buf, rows))
-        return {"inputs": inputs, "log_probs": buf.take("log_probs", rows),
-                "values": buf.take("values", rows)}
-
-    def units(self, p: Policy) -> Units:
-        """What policy `p`'s minibatches are made of (ppo_members_units.py)."""
-        return make_units(p.buffer, self.members.count, self.league.trains_on(p.name),
-                          self.env.agent_active_array is not None, self.bptt_len,
-                          self.cfg.out_of_play, self.cfg.num_minibatches, p.rows_valued)
-
-    def warming_up(self) -> bool:
-        return any(graph.warming_up() for graph in self.speed.graphs(self.policies))
-
-    def compiling_pays_on_cpu(self) -> bool:
-        """A run of at least CPU_COMPILE_MIN_STEPS minibatch steps, where they fuse."""
-        t, cfg = self.config.trainer, self.cfg
-        steps = t.num_iterations(self.world_size) * cfg.update_epochs * cfg.num_minibatches
-        fuse = not self.distributed and self.config.policy.recurrent == "none"
-        return fuse and steps >= CPU_COMPILE_MIN_STEPS
-
-    # ---- checkpoints ---------------------------------------------------------------------
-    def models(self) -> dict:
-        return {p.name: p.model for p in self.policies}
+    def reported_names(self) -> list:
+        return self.members.names(self.env.policy_specs)
 
     @staticmethod
     def tensors(p: Policy) -> list:
         return list(p.model.parameters()) + p.adam.exp_avg + p.adam.exp_avg_sq \
             + [p.adam.step_count]
 
+    # ---- checkpoints ---------------------------------------------------------------------
     def state_dict(self) -> dict:
-        return {"models": {p.name: p.model.state_dict() for p in self.policies},
-                "optimizers": {p.name: p.adam.state_dict() for p in self.policies},
-                "shuffle_rngs": [g.get_state() for g in self.shuffles],
-                "league": self.league.state_dict(), **self.members.state_dict()}
+        return {**super().state_dict(), "shuffle_rngs": [g.get_state() for g in self.shuffles]}
 
     def load_state_dict(self, state: dict):
-        self.check_policies(state, "models", "optimizers")
-        if not self.members.solo or "alive" in state:
-            self.members.load_state_dict(state)
-        self.league.load_state_dict(state.get("league") or {})
-        for p in self.policies:
-            p.model.load_state_dict(state["models"][p.name])
-            p.adam.load_state_dict(state["optimizers"][p.name])
-        rngs = state["shuffle_rngs"] if "shuffle_rngs" in state else [state["shuffle_rng"]]
-        for generator, saved in zip(self.shuffles, rngs):
+        self.members.load_state_dict(state)  # (its count checked)
+        super().load_state_dict(state)
+        for generator, saved in zip(self.shuffles, state["shuffle_rngs"]):
             generator.set_state(saved)
-        for graph in self.speed.graphs(self.policies):
-            graph.drop()  # capture again, after the loaded state
-
-    def rollout_outputs(self) -> tuple:
-        arrays = {f"{p.name} {name}": getattr(p.buffer, field) for p in self.policies
-                  for name, field in (("reward", "rewards"), ("obs", "obs"))}
-        return arrays, {key: ("step", "replica", key.split()[0]) for key in arrays}
-
-    def rank_state_dict(self) -> dict:
-        return {"league": self.league.rank_state_dict()}
-
-    def load_rank_state_dict(self, state: dict):
-        self.league.load_rank_state_dict(state.get("league") or {})
-
-    @classmethod
-    def acting_model(cls, config, env, spec):
-        return make_model(spec, config.policy, critic_input(config, env).model_state_dim)
 
 
 class PopulationA2C(PopulationPPO):
-    """PPO with one epoch of one minibatch: the ratio is exactly 1 at that single step, so
-    the clipped loss's gradient is the plain policy gradient."""
     Config = A2CConfig
+
+
+def member_gradient(ppo: PopulationPPO, p: Policy):
+    """`(rows, adv, returns, weights, share) -> (gradients, statistics)` of every member at
+    once, each input leading with the members: the solo loss (`PPO.loss`) of one member on
+    its own network and coefficients, weighed by its `share`, differentiated, under
+    `torch.func.vmap`."""
+    model = p.model
+    names = list(model.param_names)
+
+    def one(params, buffers, rows, adv, returns, weights, share, clip, ent, vf):
+        def loss(params):
+            def forward(*inputs):
+                return torch.func.functional_call(model.calls["forward"], (
+                    {f"net.{n}": x for n, x in params.items()},
+                    {f"net.{n}": x for n, x in buffers.items()}), inputs)
+            stats, value = ppo.loss(p, rows, adv, returns, weights, forward=forward,
+                                    coefs=(clip, ent, vf))
+            return value * share, stats * share
+        return torch.func.grad(loss, has_aux=True)(params)
+
+    def run(rows, adv, returns, weights, share):
+        params, buffers = model.stacked()
+        grads, stats = torch.func.vmap(one, in_dims=(0, 0, 0, 0, 0, None if weights is None
+                                                        else 0, 0, 0, 0, 0))(
+            params, buffers, rows, adv, returns, weights, share, *ppo.coefs)
+        return [grads[n] for n in names], stats
+    return run
+
+
+def normalized(adv, weights):
+    """A member's minibatch advantages normalised over its rows (weighted: those in play)."""
+    total = adv.numel() if weights is None else weights.sum().clamp_min(1.0)
+    return losses.normalized(adv, weights, total)
+
+
+def minibatches(own: list, weights, orders: list, num_minibatches: int):
+    """One epoch's minibatches, each (rows (members, units), their weights or None): member
+    k's rows in the order `orders[k]`, cut into `num_minibatches` parts; where members'
+    parts differ in size (rows in play), the shorter are padded with rows of their own
+    weighing 0."""
+    picked = [r[o] for r, o in zip(own, orders)]
+    sizes = [len(r) // num_minibatches for r in picked]
+    size = max(sizes)
+    rows = torch.empty((num_minibatches, len(picked), size), dtype=torch.long,
+                       device=picked[0].device)
+    valid = None
+    for k, (r, n) in enumerate(zip(picked, sizes)):
+        part = r[:num_minibatches * n].view(num_minibatches, n)
+        rows[:, k, :n] = part
+        if n < size:
+            rows[:, k, n:] = part[:, :1]
+            valid = torch.ones(rows.shape, device=rows.device) if valid is None else valid
+            valid[:, k, n:] = 0.0
+    for j in range(num_minibatches):
+        if weights is None and valid is None:
+            yield rows[j], None
+        else:
+            held = torch.ones(rows[j].shape, device=rows.device) if weights is None \
+                else take(weights, rows[j])
+            yield rows[j], held if valid is None else held * valid[j]

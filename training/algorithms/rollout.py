@@ -59,7 +59,8 @@ class PolicyBuffer:
 
     def take(self, field: str, rows: torch.Tensor):
         """A field's flat rows `rows` (any shape); None for a field this buffer lacks."""
-        return None if getattr(self, field) is None else take(self.flat(field), rows)
+        x = getattr(self, field)
+        return None if x is None else take(x.view((-1,) + x.shape[3:]), rows)
 
     def store_inputs(self, t: int, own, active, agents, mask, state):
         """Step t's inputs: the agents' own observations `own`, and those of the env's
@@ -134,12 +135,10 @@ class TruncationBootstrap:
         self.step.masked_fill_(truncated, t)
         self.pending |= truncated
 
-    def due(self, t: int) -> bool:
-        return (t + 1) % self.interval == 0 or t == self.rollout_len - 1
-
     def after_step(self, t: int, values, policies):
-        """The pending slots' bootstrap, where step t is due to add it."""
-        if self.due(t):
+        """The pending slots' bootstrap, where step t is due to add it (every `interval`
+        steps, and the rollout's last)."""
+        if (t + 1) % self.interval == 0 or t == self.rollout_len - 1:
             self.flush(values, policies)
 
     def flush(self, values, policies):

@@ -261,8 +261,8 @@ class Members:
             raise GpusimError(f"the checkpoint holds {held} population member"
                               f"{'s' if held != 1 else ''}; this run has {self.count} (config "
                               "key 'trainer.population')")
-        self.alive = list(state["alive"])
-        self.finished = list(state.get("finished", [False] * self.count))
+        self.alive[:] = state["alive"]  # (in place: an algorithm may hold these lists)
+        self.finished[:] = state["finished"]
 
 
 def stacked_state(tensors: list) -> list:

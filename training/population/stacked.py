@@ -1,10 +1,12 @@
-"""A population's networks as one: N networks of one shape, their parameters stacked on a
-leading member dim (`StackedPolicy`), each method run for every member at once.
+"""N networks of one shape as one: their parameters stacked on a leading member dim
+(`StackedPolicy`).
 
-The actor-critics of training.models take that member dim as it is (their linear
-layers multiply stacked weights as one batched product, `models.linear`); any other
-network runs under torch.func.vmap over functional_call, which costs tens of
-microseconds per operation on a CPU.
+A population's networks (training.algorithms.ppo_members, offpolicy_members) run each
+method for every member at once under torch.func.vmap (`run`): member k's network on
+member k's share of the inputs, as its solo run would. A league's pool of snapshots and
+the judge's players, each replica on the network its slot names, run the actor-critics
+of training.models directly on stacked weights (`lead`: their linear layers multiply
+them as one batched product, `models.linear`).
 """
 from __future__ import annotations
 
@@ -31,11 +33,10 @@ class StackedPolicy(nn.Module):
     `forward`) takes inputs whose leading dim holds the members' rows side by side
     (member k's are the k-th of N equal parts) and runs every member at once.
 
-    A network whose class says `members_lead = True` (training.models' actor-critics) is
-    run directly: its methods take inputs with a leading member dim, its MLPs multiply
-    stacked weights as one batched product, and its other parameters are swapped in shaped
-    to broadcast over the members. Any other runs under torch.func.vmap over
-    functional_call, which costs tens of microseconds per operation on a CPU."""
+    They run under torch.func.vmap over functional_call (`run`); a network whose class
+    says `members_lead = True` (training.models' actor-critics) also runs directly on
+    stacked tensors (`lead`): its MLPs multiply stacked weights as one batched product,
+    and its other parameters are swapped in shaped to broadcast over the members."""
 
     def __init__(self, nets: list):
         super().__init__()
@@ -45,7 +46,6 @@ class StackedPolicy(nn.Module):
         template = copy.deepcopy(nets[0]).to("meta")
         object.__setattr__(self, "template", template)
         self.state_size = getattr(nets[0], "state_size", 0)
-        self.direct = getattr(type(nets[0]), "members_lead", False)
         params, buffers = torch.func.stack_module_state(nets)
         self.param_names, self.buffer_names = list(params), list(buffers)
         for name, value in params.items():
@@ -75,12 +75,10 @@ class StackedPolicy(nn.Module):
         return {n: t[k].detach().clone() for n, t in {**params, **buffers}.items()}
 
     def run(self, method: str, *inputs, randomness: str = "error"):
-        """`method` of every member on its share of `inputs` (None: not batched)."""
+        """`method` of every member on its share of `inputs` (None: not batched), under
+        torch.func.vmap."""
         split = tuple(None if x is None or not isinstance(x, torch.Tensor)
                       else x.reshape((self.size, -1) + x.shape[1:]) for x in inputs)
-        if self.direct:
-            return _merge(self.lead(method, *(x if x is not None else raw
-                                              for x, raw in zip(split, inputs))))
         params, buffers = self.stacked()
         prefixed = ({f"net.{n}": t for n, t in params.items()},
                     {f"net.{n}": t for n, t in buffers.items()})
@@ -112,25 +110,6 @@ class StackedPolicy(nn.Module):
         finally:
             for (table, key, _), value in zip(self.slots, saved):
                 table[key] = value
-
-    def training_pass(self, *inputs, members=None):
-        """The training pass (`forward`) of every member on its own rows, inputs (members,
-        rows, ...) leading with the member dim; of the members `members` (indices) only,
-        on theirs, where given."""
-        params, buffers = self.stacked()
-        if members is not None:
-            params = {n: t[members] for n, t in params.items()}
-            buffers = {n: t[members] for n, t in buffers.items()}
-        if self.direct:
-            return self.lead("forward", *inputs,
-                             tensors=list(params.values()) + list(buffers.values()))
-        named = ({f"net.{n}": x for n, x in params.items()},
-                 {f"net.{n}": x for n, x in buffers.items()})
-
-        def member(p, b, *xs):
-            return torch.func.functional_call(self.calls["forward"], (p, b), xs)
-        dims = tuple(None if x is None else 0 for x in inputs)
-        return torch.func.vmap(member, in_dims=(0, 0) + dims)(*named, *inputs)
 
     def log_probs(self, obs, mask=None):
         return self.run("log_probs", obs, mask)
@@ -179,13 +158,3 @@ def _merge(out):
     if isinstance(out, torch.Tensor) and out.dim() >= 2:
         return out.reshape((-1,) + out.shape[2:])
     return out
-
-
-def one_member(forward):
-    """A lone network's training pass `forward` as a population of one's: its inputs'
-    member dim (of 1) dropped, its outputs' put back; `members` (who still learns) is
-    every one."""
-    def run(*inputs, members=None):
-        out = forward(*(x if x is None else x[0] for x in inputs))
-        return tuple(o[None] for o in out)
-    return run

@@ -184,7 +184,7 @@ def tell(where, fmt: int, changes: list):
     if fmt == FORMAT or str(where) in _told:
         return
     _told.add(str(where))
-    done = "; ".join(changes) if changes else "nothing to fill in"
+    done = "; ".join(changes) if changes else "no key changed"
     print(f"gpusim: {where} was written by an older gpusim (run format {fmt}; this one "
           f"writes {FORMAT}), read as today's: {done} (python -m gpusim.upgrade {where} "
           f"rewrites it, keeping the original)", file=sys.stderr, flush=True)

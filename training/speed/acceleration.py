@@ -75,12 +75,10 @@ def compile_enabled(choice: str, device: torch.device, pays_on_cpu: bool = False
 
 def use_disk_cache():
     """Keep torch.compile's generated code in gpusim's cache folder, so that later runs load
-    it instead of compiling, unless the user chose a folder (torch writes its default
-    into the environment when it first looks, so that value counts as unchosen)."""
-    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
-    chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    if chosen is None or os.path.abspath(chosen) == os.path.abspath(default_cache_dir()):
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_root() / "inductor")
+    it instead of compiling, unless the process already chose a folder (the user, or torch
+    itself at a compile before gpusim's first: it writes its default into the
+    environment when it first looks)."""
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_root() / "inductor"))
 
 
 class MaybeCompiled:

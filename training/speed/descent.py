@@ -17,21 +17,13 @@ It runs two ways, with the same state:
   by torch.compile (`CompiledDescent`) or run under torch.func.vmap (one
   member's slices: an off-policy population), where the fused kernel cannot go.
 
+PPO's minibatch step runs eagerly in its own update (training.algorithms.ppo), in
+chunks where a minibatch is larger than a chunk (training.speed.wrap.chunked_step).
+
 Both are checked against `torch.optim.Adam` (tests/test_descent.py).
 
-**The ways a step runs.**
+**The ways a step runs, besides PPO's eager one.**
 
-- `MinibatchStep`: PPO's minibatch step (its rows leading with the members: a solo run
-  is a population of one), eagerly, in chunks of at most `chunk` units (rows, or a
-  recurrent policy's sequences), or compiled whole (`whole`) where it is one chunk: each
-  chunk's loss, weighted by its share
-  of the minibatch's rows, backpropagated into gradient buffers that stay the
-  parameters' `.grad`; then clipping and Adam, and the buffers zeroed. So a large
-  minibatch takes the gradient of its mean loss in bounded memory. Under DDP, chunks
-  before the last skip the all-reduce (`no_sync`). On a CUDA device (`graphs`) the
-  chunk step and the optimizer step are each replayed as a CUDA graph
-  (training.speed.graphs), the last chunk padded to the chunk's size with rows that weigh 0
-  (`pad`; on the CPU the tests run this static form eagerly).
 - `CompiledDescent`: a whole step as one torch.compile'd call (`torch.func.grad` of the
   loss over the parameters, then Adam as tensor operations, in place on the
   parameters and the Adam's own state), which eager PyTorch would run as a few
@@ -45,15 +37,12 @@ A descent takes steps through `step(name, loss_fn, *args)`: minimise `loss_fn(pa
 """
 from __future__ import annotations
 
-import contextlib
 import sys
 import time
 
 import torch
 
 from gpusim.errors import describe
-
-from .graphs import step_graph
 
 BETAS = (0.9, 0.999)
 
@@ -119,7 +108,8 @@ class Adam:
                       amsgrad=False, maximize=False)
         if not self.members:
             torch._fused_adam_(self.params, grads, self.exp_avg, self.exp_avg_sq, [],
-                               [self.step_count] * len(grads), lr=self.rate(), **common)
+                               [self.step_count] * len(grads),
+                               lr=self.lr if self.device_lr else self._rates, **common)
             return
         if members is None:
             members = range(self.members)
@@ -129,7 +119,7 @@ class Adam:
             self._views = [([p[k] for p in self.params], [m[k] for m in self.exp_avg],
                             [v[k] for v in self.exp_avg_sq], [self.step_count[k]] * len(grads))
                            for k in range(self.members)]
-        if self._grad_views[0] is not grads:  # (a MinibatchStep passes the same buffers)
+        if self._grad_views[0] is not grads:  # (the same list: its views kept)
             self._grad_views = (grads, [[g[k] for g in grads] for k in range(self.members)])
         for k in members:
             params, exp_avg, exp_avg_sq, steps = self._views[k]
@@ -198,86 +188,6 @@ def adam_update(params: list, grads: list, exp_avg: list, exp_avg_sq: list, step
         v.copy_(v.mul(beta2).addcmul(g, g, value=1 - beta2))
         change = (lr / bias1) * m / (v.sqrt() / bias2_sqrt + eps)
         p.copy_(p - torch.where(lr > 0, change, torch.zeros_like(change)))
-
-
-class MinibatchStep:
-    """One gradient step on a minibatch, chunked (see the module).
-
-    `loss_fn(rows, adv, returns, weights, members)` -> (statistics, loss), per member: the
-    algorithm's plain loss on a chunk's rows (leading with the members, then the units);
-    `no_sync()`: DDP's context for the chunks before the last; `whole(rows, adv, returns,
-    weights)`: the step compiled whole (`CompiledDescent`), tried first where the minibatch
-    is one chunk and every member steps (None once compiling failed).
-    """
-
-    def __init__(self, loss_fn, adam: Adam, chunk: int, no_sync=None, pad: bool = False,
-                 graphs: bool = False, what: str = "the minibatch", timer=None, whole=None):
-        """`pad`: every chunk `chunk` units (a captured chunk has one shape: the last one
-        is padded); `graphs`: the chunk and optimizer steps captured as CUDA graphs."""
-        self.loss_fn, self.adam, self.chunk, self.unit_dim = loss_fn, adam, chunk, 1
-        self.no_sync, self.pad, self.whole = no_sync, pad, whole
-        self.grads = [torch.zeros_like(p) for p in adam.params]
-        self.chunk_step = step_graph(self._chunk, f"{what}'s chunk", pad, graphs, timer)
-        self.optimizer_step = step_graph(self._optimizer_step, f"{what}'s optimizer step",
-                                         pad, graphs, timer)
-
-    def __call__(self, rows, adv, returns, weights, total, members):
-        """The step on `rows` (members, units[, length]) with their normalised advantages,
-        returns and weights (None: every row counts), `total` the weights' sum per member
-        (None: the rows' count); of the population members `members`
-        (ppo_members_units.learners: their `index`, None for all). Returns the
-        minibatch's statistics, per member."""
-        count = rows.shape[self.unit_dim]
-        if self.whole is not None and count <= self.chunk and members.index is None:
-            out = self.whole(rows, adv, returns, weights)
-            if out is not None:
-                return out
-        for p, grad in zip(self.adam.params, self.grads):
-            p.grad = grad  # (accumulated into in place: a captured backward needs it so)
-        if self.pad and weights is None:  # (one form for every chunk: weighted)
-            weights = torch.ones(rows.shape, device=adv.device)
-            total = weights.sum(tuple(range(self.unit_dim, weights.dim())))
-        stats = 0.0
-        for start in range(0, count, self.chunk):
-            n = min(self.chunk, count - start)
-            part = [x if x is None else x.narrow(self.unit_dim, start, n)
-                    for x in (rows, adv, returns, weights)]
-            if weights is None:  # the chunk's share of the minibatch: of its units
-                share = torch.full((), n / count, device=adv.device)
-            else:  # of its rows' weights (per member: summed over all but the member dim)
-                held = part[3].sum(tuple(range(self.unit_dim, part[3].dim())))
-                share = held / total.reshape(held.shape)
-            if self.pad and n < self.chunk:
-                part = self._padded(part, n)
-            last = start + n >= count
-            sync = self.no_sync() if self.no_sync is not None and not last \
-                else contextlib.nullcontext()
-            with sync:
-                stats = stats + self.chunk_step(*part, share, members)
-        self.optimizer_step(members)
-        return stats
-
-    def _chunk(self, rows, adv, returns, weights, share, members):
-        chunk_stats, loss = self.loss_fn(rows, adv, returns, weights, members)
-        (loss * share).sum().backward()
-        if share.dim():  # one share per member
-            share = share.reshape(share.shape + (1,) * (chunk_stats.dim() - share.dim()))
-        return chunk_stats * share
-
-    def _optimizer_step(self, members):
-        self.adam.step(self.grads, members.index)
-        torch._foreach_zero_(self.grads)
-
-    def _padded(self, part: list, n: int) -> list:
-        """The chunk's inputs padded to `chunk` units with copies of its first unit, weighing
-        0 (finite terms, so 0 times them is 0)."""
-        extra, d = self.chunk - n, self.unit_dim
-
-        def grow(x, fill=None):
-            more = x.narrow(d, 0, 1).expand(*x.shape[:d], extra, *x.shape[d + 1:])
-            return torch.cat([x, more if fill is None else torch.full_like(more, fill)], d)
-        rows, adv, returns, weights = part  # (weights: every padded step has them)
-        return [grow(rows), grow(adv), grow(returns), grow(weights, 0.0)]
 
 
 class EagerDescent:

@@ -13,8 +13,8 @@ how it is run. A step may be captured only if it is static: the same operations 
 tensors of the same shapes at every call, no host read of a device value, no
 Python state that changes between calls (tests/test_static_steps.py checks the
 learners' steps on the CPU). Its inputs are copied into tensors the graph reads
-(kept from the capture; nested inputs too: lists, dicts, dataclasses registered as
-pytrees; inputs of other shapes are captured again); its outputs are the tensors the capture made, which every
+(kept from the capture; nested inputs too: lists, tuples, named tuples and dicts;
+inputs of other shapes are captured again); its outputs are the tensors the capture made, which every
 replay overwrites (read them before the next call). What it reads besides (buffers,
 parameters, a learning rate changed in place) must be the same tensors at every
 call. gpusim's env and sampler kernels launch on torch's current stream, so the
@@ -27,7 +27,6 @@ from __future__ import annotations
 import sys
 
 import torch
-from torch.utils._pytree import tree_flatten as _flatten, tree_unflatten
 
 from gpusim.errors import ConfigError, describe
 
@@ -97,7 +96,7 @@ class StepGraph:
         torch.cuda.synchronize()
         try:
             with _paused(self.timer), torch.cuda.graph(graph, capture_error_mode="thread_local"):
-                outputs = self.step(*tree_unflatten(static, layout.spec))
+                outputs = self.step(*tree_unflatten(iter(static), layout.spec))
         except Exception as exc:  # noqa: BLE001 - any capture failure: run eagerly
             torch.cuda.synchronize()
             print(f"gpusim: a CUDA graph of {self.what} could not be captured "
@@ -124,6 +123,29 @@ def tree_flatten(inputs: tuple) -> tuple:
     leaves, spec = _flatten(inputs)
     return leaves, TreeLayout(spec, [x.shape if isinstance(x, torch.Tensor) else x
                                      for x in leaves])
+
+
+def _flatten(x) -> tuple:
+    """(leaves, nesting) of `x`: lists, tuples, named tuples and dicts are opened, anything
+    else is a leaf (nesting None)."""
+    if isinstance(x, dict):
+        parts = [_flatten(v) for v in x.values()]
+        return [leaf for p in parts for leaf in p[0]], (dict, tuple(x), tuple(p[1] for p in parts))
+    if isinstance(x, (list, tuple)):
+        parts = [_flatten(v) for v in x]
+        return [leaf for p in parts for leaf in p[0]], (type(x), None, tuple(p[1] for p in parts))
+    return [x], None
+
+
+def tree_unflatten(leaves, spec):
+    """The nested value of nesting `spec` holding the leaves of iterator `leaves`."""
+    if spec is None:
+        return next(leaves)
+    kind, keys, children = spec
+    values = [tree_unflatten(leaves, child) for child in children]
+    if kind is dict:
+        return dict(zip(keys, values))
+    return kind(*values) if hasattr(kind, "_fields") else kind(values)
 
 
 class _paused:

@@ -36,6 +36,7 @@ class Speed:
     """How a PPO run's steps run (see the module)."""
     rollout: object     # the rollout, or its StepGraph (replayed once captured)
     update: object      # the update of every learning policy, or its StepGraph
+    whole: bool         # the update one captured graph
     chunk: int          # units (rows, or a recurrent policy's sequences) per minibatch chunk
     padded: bool        # the update's fixed-size parts graphs: every chunk `chunk` units
     compile_acting: bool
@@ -90,7 +91,7 @@ class Speed:
 def wrap_ppo(ppo) -> Speed:
     """How PPO run `ppo`'s steps run on its device (see the module); each policy's passes
     set on it."""
-    env, cfg, timer = ppo.env, ppo.cfg, ppo.timer
+    cfg, timer = ppo.cfg, ppo.timer
     static, capture = ppo.static, ppo.use_graphs
     fixed = not ppo.per_agent_done or cfg.out_of_play == "weigh" or ppo.bptt_len
     whole = static and fixed and not ppo.distributed  # (DDP all-reduces inside it)
@@ -98,6 +99,7 @@ def wrap_ppo(ppo) -> Speed:
     speed = Speed(step_graph(ppo.rollout, "the rollout", capture, capture, timer),
                   step_graph(ppo.update_all, "the update", capture and whole, capture and whole,
                              timer),
+                  whole=capture and whole,
                   chunk=max(1, cfg.max_minibatch_rows // max(1, ppo.bptt_len)), padded=padded,
                   compile_acting=ppo.compile_acting, timer=timer)
     fused = ppo.use_compile and not ppo.distributed and not ppo.bptt_len

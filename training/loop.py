@@ -39,7 +39,8 @@ from .work import run_work
 
 RECENT_EPISODES = 100
 CHECKPOINT_KEYS = ("format", "iteration", "env_steps", "elapsed_s", "episodes",
-                   "recent_returns", "torch_rng", "algorithm", "ranks")
+                   "recent_returns", "score", "torch_rng", "lr", "lr_anchor", "num_iterations",
+                   "algorithm", "ranks")
 
 
 class Diverged(GpusimError):
@@ -355,9 +356,9 @@ class Trainer:
         for name in self.recent:
             self.recent[name].extend(state["recent_returns"][name])
         if self.score is not None:
-            self.score.load_state_dict(state.get("score"))
-        self.lr_anchor = tuple(state.get("lr_anchor", self.lr_anchor))
-        if state.get("num_iterations", self.num_iterations) != self.num_iterations:
+            self.score.load_state_dict(state["score"])
+        self.lr_anchor = tuple(state["lr_anchor"])
+        if state["num_iterations"] != self.num_iterations:
             # extended (or shortened) with --total_steps: anneal on from the rate its
             # last iteration used
             self.lr_anchor = (self.iteration, state["lr"])

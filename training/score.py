@@ -79,15 +79,13 @@ class RunScore:
         return {"recent": list(self.recent), "episodes": self.episodes,
                 "monitor": self.monitor.state_dict()}
 
-    def load_state_dict(self, state: dict | None):
-        """A checkpoint's last episodes and the replicas where they were (one written
-        before scores were kept: none; before their replicas were kept, run format 1:
-        those restart)."""
-        if state:
-            self.recent.extend(state["recent"])
-            self.episodes = state["episodes"]
-            if state["monitor"] is not None:
-                self.monitor.load_state_dict(state["monitor"])
+    def load_state_dict(self, state: dict):
+        """A checkpoint's last episodes and the replicas where they were (a checkpoint of
+        run format 1 kept no replicas: they restart)."""
+        self.recent.extend(state["recent"])
+        self.episodes = state["episodes"]
+        if state["monitor"] is not None:
+            self.monitor.load_state_dict(state["monitor"])
 
 
 class ScoreMonitor:

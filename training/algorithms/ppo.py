@@ -32,10 +32,12 @@ from gpusim.errors import GpusimError
 
 from .. import losses
 from ..actors import Actors
+from ..league.pools import League
 from ..losses import take
 from ..models import make_model
+from ..noise_scale import NoiseScale
 from ..speed.descent import Adam
-from ..speed.wrap import chunked_step, wrap_ppo
+from ..speed.wrap import chunked_step, ddp, wrap_ppo
 from .base import Algorithm
 from .ppo_config import (CPU_COMPILE_MIN_STEPS, A2CConfig, PPOConfig, check_for_env,
                          sequence_length)
@@ -57,7 +59,7 @@ class PPO(Algorithm):
     stats = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
     auto_scales = True
     captures_graphs = True
-    alive = finished = None  # (plain lists: set in __init__)
+    alive = finished = None  # who still learns: plain lists here, set in __init__
 
     def __init__(self, config, env, context, timer):
         check_for_env(config, env, population=False)
@@ -78,7 +80,6 @@ class PPO(Algorithm):
         self.policies = self.make_policies()
         self.league = None
         if cfg.league:
-            from ..league.pools import League
             self.league = League(self)
             self.episodes.counted.update(self.league.counted(
                 [p.name for p in self.policies], env.num_envs, env.device))
@@ -96,7 +97,6 @@ class PPO(Algorithm):
                                         device=env.device)
         self.noise = None
         if cfg.noise_scale_every and not self.bptt_len and env.num_envs >= 2:
-            from ..noise_scale import NoiseScale
             self.noise = NoiseScale(cfg.noise_scale_every, env.num_envs)
         self.speed.probe(self)  # a compiled training pass tried now, before training
 
@@ -118,7 +118,6 @@ class PPO(Algorithm):
                               max(1, self.bptt_len))
         train_model = model
         if self.distributed:  # gradients averaged across ranks
-            from ..speed.wrap import ddp
             train_model = ddp(model, env.device)
         return Policy(name, spec, self.agents[name], model, adam, buffer, train_model)
 

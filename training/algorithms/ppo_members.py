@@ -7,9 +7,9 @@ steps under torch.func.vmap, as PureJaxRL vectorises its train step.
 each policy's network is the members' networks stacked (population.stacked), whose
 acting and critic passes run each member on its share under vmap. The update is the
 solo one per member: GAE over the whole buffer (each replica's own), each member's
-minibatches from its own rows and generator, and the solo loss (`PPO.loss`) under
-`vmap(grad(...))` over the members, then one Adam with a member dim (each member's rate
-and clip). What differs from ppo.py is written here; nothing in ppo.py knows it. A
+minibatches from its own rows and generator, and the solo loss (`PPO.loss`) of every
+member under vmap, their sum backpropagated (each member's gradient its own loss's),
+then one Adam with a member dim (each member's rate and clip). What differs from ppo.py is written here; nothing in ppo.py knows it. A
 population is feed-forward and without a league (both refused in one line); a member
 whose loss or parameters stop being finite is put back and frozen.
 """
@@ -43,7 +43,7 @@ class PopulationPPO(PPO):
         self.coefs = [members.setting(k) for k in ("clip_coef", "ent_coef", "vf_coef")]
         self.lam = members.setting("gae_lambda").repeat_interleave(
             config.trainer.num_envs)[None, :, None]
-        self.member_grads = {p.name: member_gradient(self, p) for p in self.policies}
+        self.member_losses = {p.name: member_losses(self, p) for p in self.policies}
 
     def replicas_named(self) -> str:
         return f"a population of {self.members.count} (trainer.population) x " \
@@ -127,23 +127,24 @@ class PopulationPPO(PPO):
         return stats / (cfg.update_epochs * cfg.num_minibatches)
 
     def members_step(self, p: Policy, rows, adv, returns, weights, learning):
-        """Every member's minibatch step at once (inputs (members, rows)): its gradient
-        under vmap, in chunks of `max_minibatch_rows` rows per member where it has more
-        (each chunk's loss weighed by its share of the member's rows), then Adam's step of
-        the members `learning` (None: all). The statistics, (members, stats)."""
+        """Every member's minibatch step at once (inputs (members, rows)): its loss under
+        vmap, backpropagated, in chunks of `max_minibatch_rows` rows per member where it
+        has more (each chunk's loss weighed by its share of the member's rows), then Adam's
+        step of the members `learning` (None: all). The statistics, (members, stats)."""
         size, chunk = rows.shape[1], self.speed.chunk
         total = None if weights is None else weights.sum(1).clamp_min(1.0)
-        grads, stats = None, 0.0
+        stats = 0.0
         for start in range(0, size, chunk):
             n = min(chunk, size - start)
             part = [x if x is None else x.narrow(1, start, n)
                     for x in (rows, adv, returns, weights)]
             share = torch.full((rows.shape[0],), n / size, device=adv.device) \
                 if weights is None else part[3].sum(1) / total
-            g, out = self.member_grads[p.name](*part, share)
-            grads = g if grads is None else [a + b for a, b in zip(grads, g)]
+            loss, out = self.member_losses[p.name](*part, share)
+            loss.sum().backward()
             stats = stats + out
-        p.adam.step(grads, learning)
+        p.adam.step(None, learning)
+        p.adam.zero_grad()
         return stats
 
     def gae(self, rewards, values, dones, next_value) -> tuple:
@@ -202,31 +203,28 @@ class PopulationA2C(PopulationPPO):
     Config = A2CConfig
 
 
-def member_gradient(ppo: PopulationPPO, p: Policy):
-    """`(rows, adv, returns, weights, share) -> (gradients, statistics)` of every member at
-    once, each input leading with the members: the solo loss (`PPO.loss`) of one member on
-    its own network and coefficients, weighed by its `share`, differentiated, under
-    `torch.func.vmap`."""
+def member_losses(ppo: PopulationPPO, p: Policy):
+    """`(rows, adv, returns, weights, share) -> (losses, statistics)` of every member at
+    once, each input leading with the members: the solo loss (`PPO.loss`) of each member
+    on its own network and coefficients, weighed by its `share`, under `torch.func.vmap`
+    (differentiable: the members' losses' sum, backpropagated, gives each member its own
+    gradient)."""
     model = p.model
-    names = list(model.param_names)
 
     def one(params, buffers, rows, adv, returns, weights, share, clip, ent, vf):
-        def loss(params):
-            def forward(*inputs):
-                return torch.func.functional_call(model.calls["forward"], (
-                    {f"net.{n}": x for n, x in params.items()},
-                    {f"net.{n}": x for n, x in buffers.items()}), inputs)
-            stats, value = ppo.loss(p, rows, adv, returns, weights, forward=forward,
-                                    coefs=(clip, ent, vf))
-            return value * share, stats * share
-        return torch.func.grad(loss, has_aux=True)(params)
+        def forward(*inputs):
+            return torch.func.functional_call(model.calls["forward"], (
+                {f"net.{n}": x for n, x in params.items()},
+                {f"net.{n}": x for n, x in buffers.items()}), inputs)
+        stats, value = ppo.loss(p, rows, adv, returns, weights, forward=forward,
+                                coefs=(clip, ent, vf))
+        return value * share, stats * share
 
     def run(rows, adv, returns, weights, share):
         params, buffers = model.stacked()
-        grads, stats = torch.func.vmap(one, in_dims=(0, 0, 0, 0, 0, None if weights is None
-                                                        else 0, 0, 0, 0, 0))(
+        return torch.func.vmap(one, in_dims=(0, 0, 0, 0, 0, None if weights is None else 0,
+                                             0, 0, 0, 0))(
             params, buffers, rows, adv, returns, weights, share, *ppo.coefs)
-        return [grads[n] for n in names], stats
     return run
 
 

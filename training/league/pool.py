@@ -119,6 +119,5 @@ class Pool:
         self.born = list(state["born"])
         for name in ("filled", "recency", "games", "wins"):
             getattr(self, name).copy_(state[name])
-        if "stamp" in state:  # (older checkpoints: every slot as it was drawn)
-            self.stamp.copy_(state["stamp"])
-            self.adds = state["adds"]
+        self.stamp.copy_(state["stamp"])
+        self.adds = state["adds"]

@@ -226,54 +226,6 @@ class League:
                 "outcome": self.outcome.state_dict()}
 
     def load_rank_state_dict(self, state: dict):
-        if isinstance(state.get("acting"), dict):
-            self.outcome.load_state_dict(state["outcome"])
-            state = state["acting"]
+        self.outcome.load_state_dict(state["outcome"])
         for name, actor in self.actors.items():
-            mine = state[name]  # (older checkpoints: the opponents alone)
-            actor.load_state_dict(mine if isinstance(mine, dict) else {"opponent": mine})
-
-
-class NoLeague:
-    """A run without a league: every policy learns in every replica."""
-
-    def acting(self, name: str, model):
-        return model
-
-    def trains_on(self, name: str):
-        return None
-
-    def learns(self, name: str) -> bool:
-        return True
-
-    def learners(self, policies: list) -> list:
-        return list(enumerate(policies))
-
-    def counted(self, names: list, num_envs: int, device) -> dict:
-        return {}  # (every replica's episodes count)
-
-    def episode_ended(self, t: int, done):
-        pass
-
-    def record(self, episodes):
-        pass
-
-    def after_update(self, policies):
-        pass
-
-    def state_dict(self) -> dict:
-        return {}
-
-    def load_state_dict(self, state: dict):
-        pass
-
-    def rank_state_dict(self) -> dict:
-        return {}
-
-    def load_rank_state_dict(self, state: dict):
-        pass
-
-
-def make_league(ppo):
-    """A PPO run's league (`trainer.league`), or none: PPO calls either the same way."""
-    return League(ppo) if ppo.cfg.league else NoLeague()
+            actor.load_state_dict(state["acting"][name])

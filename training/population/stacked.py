@@ -1,12 +1,13 @@
 """N networks of one shape as one: their parameters stacked on a leading member dim
 (`StackedPolicy`).
 
-A population's networks (training.algorithms.ppo_members, offpolicy_members) run each
-method for every member at once under torch.func.vmap (`run`): member k's network on
-member k's share of the inputs, as its solo run would. A league's pool of snapshots and
-the judge's players, each replica on the network its slot names, run the actor-critics
-of training.models directly on stacked weights (`lead`: their linear layers multiply
-them as one batched product, `models.linear`).
+A population's acting and critic passes (training.algorithms.ppo_members), a league's
+pool of snapshots and the judge's players run the actor-critics of training.models
+directly on stacked weights (`lead`: their linear layers multiply them as one batched
+product, `models.linear`), each member (or replica) on its own network; any other
+network runs under torch.func.vmap (`run`; the off-policy populations'). A
+population's update differentiates the solo loss under vmap instead, over the
+functional form of the stacked network (`calls`).
 """
 from __future__ import annotations
 
@@ -33,10 +34,10 @@ class StackedPolicy(nn.Module):
     `forward`) takes inputs whose leading dim holds the members' rows side by side
     (member k's are the k-th of N equal parts) and runs every member at once.
 
-    They run under torch.func.vmap over functional_call (`run`); a network whose class
-    says `members_lead = True` (training.models' actor-critics) also runs directly on
-    stacked tensors (`lead`): its MLPs multiply stacked weights as one batched product,
-    and its other parameters are swapped in shaped to broadcast over the members."""
+    A network whose class says `members_lead = True` (training.models' actor-critics)
+    runs directly on stacked tensors (`lead`): its MLPs multiply stacked weights as one
+    batched product, and its other parameters are swapped in shaped to broadcast over the
+    members. Any other runs under torch.func.vmap over functional_call (`run`)."""
 
     def __init__(self, nets: list):
         super().__init__()
@@ -46,6 +47,7 @@ class StackedPolicy(nn.Module):
         template = copy.deepcopy(nets[0]).to("meta")
         object.__setattr__(self, "template", template)
         self.state_size = getattr(nets[0], "state_size", 0)
+        self.direct = getattr(type(nets[0]), "members_lead", False)  # `run` through `lead`
         params, buffers = torch.func.stack_module_state(nets)
         self.param_names, self.buffer_names = list(params), list(buffers)
         for name, value in params.items():
@@ -75,10 +77,13 @@ class StackedPolicy(nn.Module):
         return {n: t[k].detach().clone() for n, t in {**params, **buffers}.items()}
 
     def run(self, method: str, *inputs, randomness: str = "error"):
-        """`method` of every member on its share of `inputs` (None: not batched), under
-        torch.func.vmap."""
+        """`method` of every member on its share of `inputs` (None: not batched): through
+        `lead` for a `members_lead` network, else under torch.func.vmap."""
         split = tuple(None if x is None or not isinstance(x, torch.Tensor)
                       else x.reshape((self.size, -1) + x.shape[1:]) for x in inputs)
+        if self.direct:
+            return _merge(self.lead(method, *(x if x is not None else raw
+                                              for x, raw in zip(split, inputs))))
         params, buffers = self.stacked()
         prefixed = ({f"net.{n}": t for n, t in params.items()},
                     {f"net.{n}": t for n, t in buffers.items()})

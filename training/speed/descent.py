@@ -149,15 +149,6 @@ class Adam:
                 "exp_avg_sq": [v.clone() for v in self.exp_avg_sq]}
 
     def load_state_dict(self, state: dict):
-        """This Adam's state, or that of a `torch.optim.Adam` over the same parameters (the
-        layout of checkpoints written before this Adam)."""
-        if "state" in state and "param_groups" in state:
-            held = [state["state"].get(i, {}) for i in range(len(self.params))]
-            state = {"step": held[0].get("step", torch.zeros(())),
-                     "exp_avg": [h.get("exp_avg", torch.zeros_like(p))
-                                 for h, p in zip(held, self.params)],
-                     "exp_avg_sq": [h.get("exp_avg_sq", torch.zeros_like(p))
-                                    for h, p in zip(held, self.params)]}
         if len(state["exp_avg"]) != len(self.params):
             raise ValueError(f"the optimizer state holds {len(state['exp_avg'])} tensors; "
                              f"this optimizer has {len(self.params)}")

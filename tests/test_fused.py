@@ -91,22 +91,29 @@ def test_values_of_rows_in_play_only_leave_their_advantages_unchanged():
         torch.testing.assert_close(only_in_play, every_row, rtol=1e-5, atol=1e-5)
 
 
-def run_steps(trainer, step, steps):
-    """`steps` minibatch steps (through `step`) on fixed rows; the statistics and the
-    parameters after."""
+def run_steps(trainer, fused: bool, steps: int):
+    """`steps` minibatch steps on fixed rows, compiled whole (`fused`: `policy.fused`) or
+    eagerly as `PPO.update_policy` takes them; the statistics and the parameters after."""
     algorithm = trainer.algorithm
     policy = algorithm.policies[0]
     rows = torch.arange(policy.buffer.rewards.numel())
     generator = torch.Generator().manual_seed(1)
     advantages = torch.randn(rows.numel(), generator=generator)
     returns = torch.randn(rows.numel(), generator=generator)
-    policy.step, eager = step, policy.step
-    try:
-        stats = [algorithm.minibatch_step(policy, rows[None, k::2], None, advantages,
-                                          returns)[0].clone()
-                 for k in range(steps)]
-    finally:
-        policy.step = eager
+    stats = []
+    for k in range(steps):
+        mb = rows[k::2]
+        adv = losses.normalized(losses.take(advantages, mb), None, mb.numel())
+        ret = losses.take(returns, mb)
+        if fused:
+            out = policy.fused(mb, adv, ret, None)
+            assert out is not None  # it ran compiled, no fallback
+        else:
+            out, loss = algorithm.loss(policy, mb, adv, ret, None)
+            loss.backward()
+            policy.adam.step()
+            policy.adam.zero_grad()
+        stats.append(out.clone())
     return stats, [p.detach().clone() for p in policy.model.parameters()]
 
 
@@ -117,16 +124,13 @@ def test_fused_minibatch_steps_equal_eager_ones(name):
     algorithm = trainer.algorithm
     algorithm.collect(0)
     policy = algorithm.policies[0]
-    compiled = policy.step
-    assert compiled.whole is not None
+    assert policy.fused is not None
     start = (copy.deepcopy(policy.model.state_dict()), copy.deepcopy(policy.adam.state_dict()))
-    fused_stats, fused_params = run_steps(trainer, compiled, 3)
-    assert compiled.whole.compiled is not None  # it ran compiled, no fallback
+    fused_stats, fused_params = run_steps(trainer, True, 3)
+    assert policy.fused.compiled is not None
     policy.model.load_state_dict(start[0])
     policy.adam.load_state_dict(start[1])
-    chunked = copy.copy(compiled)  # the same step, chunked eagerly
-    chunked.whole = None
-    eager_stats, eager_params = run_steps(trainer, chunked, 3)
+    eager_stats, eager_params = run_steps(trainer, False, 3)
     for a, b in zip(fused_stats, eager_stats):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
     for a, b in zip(fused_params, eager_params):

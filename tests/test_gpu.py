@@ -124,10 +124,10 @@ def test_graphed_training_captures_and_matches_eager(env, overrides):
         if capture:
             assert algorithm.speed.rollout.graph is not None
             if algorithm.speed.whole:
-                assert algorithm.speed.update_all.graph is not None
+                assert algorithm.speed.update.graph is not None
             else:
                 assert all(graph.graph is not None for p in algorithm.policies
-                           for graph in p.graphs())
+                           for graph in algorithm.speed.policy_graphs(p))
     # with per-agent done the rows out of play are left out (chunks) unless weighed 0
     chunked = env == "tag_continuous" and overrides.get("trainer.out_of_play") != "weigh"
     assert algorithm.speed.whole == (not chunked)

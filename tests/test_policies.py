@@ -47,9 +47,13 @@ def built_env(run_dir, num_envs=3):
 
 def full_models(run_dir, env, config):
     """The trained networks whole (critics too), as gpusim's own acting builds them."""
-    state = checkpoint.load_latest(run_dir / "checkpoints")
-    return algorithm_class(config.trainer.algorithm).acting_policies(config, env,
-                                                                     state["algorithm"])
+    state = checkpoint.load_latest(run_dir / "checkpoints")["algorithm"]
+    algorithm = algorithm_class(config.trainer.algorithm)
+    models = {}
+    for name, spec in env.policy_specs.items():
+        models[name] = algorithm.acting_model(config, env, spec).to(env.device)
+        models[name].load_state_dict(state["models"][name])
+    return {name: model.eval() for name, model in models.items()}
 
 
 def env_actions(env, name, agents):

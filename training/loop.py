@@ -337,11 +337,11 @@ class Trainer:
                               f"{'s' if held != 1 else ''}; this run's trainer.population "
                               f"makes {count}: resume it with the population it was written "
                               "with")
-        for part in ("recent_returns",):
-            absent = [name for name in self.recent if name not in state[part]]
-            if absent:
-                raise GpusimError(f"the checkpoint's {part} have no policy {absent[0]!r} "
-                                  f"(it holds {', '.join(map(repr, state[part])) or 'none'})")
+        held = state["recent_returns"]
+        absent = [name for name in self.recent if name not in held]
+        if absent:
+            raise GpusimError(f"the checkpoint's recent_returns have no policy {absent[0]!r} "
+                              f"(it holds {', '.join(map(repr, held)) or 'none'})")
         try:
             self.algorithm.load_state_dict(state["algorithm"])
             self._load_rank_state(ranks[self.rank])

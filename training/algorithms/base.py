@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from gpusim.errors import GpusimError, describe
+from gpusim.errors import GpusimError
 from gpusim.spaces import agent_index
 
 from ..episodes import EpisodeTracker
@@ -193,20 +193,4 @@ class Algorithm:
     def acting_model(cls, config, env, spec):
         """A fresh policy model of this algorithm for `spec`, as evaluation acts with it."""
         raise NotImplementedError
-
-    @classmethod
-    def acting_policies(cls, config, env, state: dict) -> dict:
-        """Policy name -> a trained policy that training.actors can act with, from a
-        checkpoint's `algorithm` state (for evaluate and render)."""
-        policies = {}
-        for name, spec in env.policy_specs.items():
-            model = cls.acting_model(config, env, spec).to(env.device)
-            try:
-                model.load_state_dict(state["models"][name])
-            except (KeyError, RuntimeError, TypeError) as exc:
-                raise GpusimError(f"the checkpoint's policy {name!r} does not fit "
-                                  f"{env.name} under this config ({describe(exc)[:120]})") \
-                    from None
-            policies[name] = model.eval()
-        return policies
 

@@ -17,6 +17,7 @@ import types
 import typing
 from pathlib import Path
 
+import numpy as np
 import yaml
 
 from gpusim.errors import ConfigError
@@ -101,6 +102,24 @@ class EnvConfig:
         data = dict(load_yaml(path).get("env") or {}) if path is not None else {}
         data.update(overrides)
         return from_dict(cls, data, section="env")
+
+
+def scalar_params(config, float_type) -> dict:
+    """Every int, float and bool field of config dataclass instance `config`, by its own
+    name, as a numpy scalar (int32, `float_type`, bool): what an env's kernels read as `p`
+    (gpusim.env.Env.params). Fields of other types (tuples, optional values, text) are
+    left out."""
+    hints = typing.get_type_hints(type(config))
+    out = {}
+    for field in dataclasses.fields(config):
+        kind, value = hints[field.name], getattr(config, field.name)
+        if kind is bool:
+            out[field.name] = np.bool_(value)
+        elif kind is int:
+            out[field.name] = np.int32(value)
+        elif kind is float:
+            out[field.name] = float_type(value)
+    return out
 
 
 def field_help(cls) -> dict:

@@ -11,7 +11,9 @@ An environment subclasses `Env` and declares (see envs/tag_continuous/env.py):
   instead of every step), and `agent_names` when its agents have names of
   their own (one per agent in agent-id order; `spaces.per_role_names`);
 - `array_specs()`: its named arrays (state and scratch);
-- `params()`: its scalar parameters, as numpy scalars;
+- the scalar parameters its phases read (`p`): every int, float and bool field of its
+  config under its own name (`float_type` says the floats' dtype), and what `derived()`
+  computes from them;
 - `initial_values()`: constant tables and other arrays to fill once;
 - `reset_phases` and `step_phases`: portable phases (see gpusim.kernels);
   optionally `observe_phases`, those that write the observation from the
@@ -40,6 +42,7 @@ import torch
 
 from gpusim import masks, rng, spaces
 from gpusim.arrays import DeviceArrays, namedtuple_type
+from gpusim.config import scalar_params
 from gpusim.backends import Backend, get_backend
 from gpusim.env_actions import ActionWriter, with_data
 # the phases gpusim's step kernel adds, importable from here (docs/custom_env.md)
@@ -171,7 +174,15 @@ class Env(EnvBuild, ActionWriter):
     def array_specs(self) -> dict:
         raise NotImplementedError
 
+    float_type = np.float32  # the dtype of the config's float fields in `params()`
+
     def params(self) -> dict:
+        """The kernels' scalar parameters (`p` in a phase): the config's int, float and bool
+        fields by their own names (int32, `float_type`, bool), then `derived()`'s values."""
+        return {**scalar_params(self.config, self.float_type), **self.derived()}
+
+    def derived(self) -> dict:
+        """Parameters computed from the config's fields (numpy scalars), beside them."""
         return {}
 
     def initial_values(self) -> dict:

@@ -128,7 +128,7 @@ def test_default_observation_is_unchanged():
     state = random_tag_state(cfg, 1, np.random.default_rng(3))
     env, obs = observed(state)
     assert env.obs_dim == ref.obs_dim(env.config) == 71
-    assert not env._params.own_state and not env._params.own_frame
+    assert not env._params.observe_own_state and not env._params.observe_in_own_frame
     np.testing.assert_array_equal(obs, ref.observe(env.config, state))  # bit for bit
 
 

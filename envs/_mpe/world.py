@@ -187,11 +187,12 @@ class ParticleEnv(Env):
         values.update(self.scenario_initial_values())
         return values
 
-    def params(self):
+    def derived(self):
+        """The physics' constants, the communication width, and the scenario's own."""
         f32 = np.float32
         base = dict(dt=f32(DT), keep_velocity=f32(1 - DAMPING), contact_force=f32(CONTACT_FORCE),
                     contact_margin=f32(CONTACT_MARGIN), contact_reach=f32(CONTACT_REACH),
-                    max_cycles=np.int32(self.config.max_cycles), dim_c=np.int32(self.dim_c))
+                    dim_c=np.int32(self.dim_c))
         return {**base, **self.scenario_params()}
 
     def step_kernel_spec(self) -> KernelSpec:

@@ -144,17 +144,10 @@ class Acrobot(Env):
         specs["timestep"] = ArraySpec(torch.int32, scope="env", state=True)
         return specs
 
-    def params(self):
+    float_type = np.float64  # gymnasium's arithmetic is float64
+
+    def derived(self):
         c, f64 = self.config, np.float64
-        return dict(
-            link_length_1=f64(c.link_length_1),
-            link_mass_1=f64(c.link_mass_1), link_mass_2=f64(c.link_mass_2),
-            link_com_pos_1=f64(c.link_com_pos_1), link_com_pos_2=f64(c.link_com_pos_2),
-            link_moi=f64(c.link_moi), gravity=f64(GRAVITY),
-            max_vel_1=f64(c.max_vel_1), max_vel_2=f64(c.max_vel_2),
-            torque_0=f64(c.avail_torque[0]), torque_1=f64(c.avail_torque[1]),
-            torque_2=f64(c.avail_torque[2]),
-            dt=f64(c.dt), nips=np.int32(c.book_or_nips == "nips"),
-            max_episode_steps=np.int32(c.max_episode_steps),
-            init_range=f64(c.init_range),
-        )
+        return dict(gravity=f64(GRAVITY), torque_0=f64(c.avail_torque[0]),
+                    torque_1=f64(c.avail_torque[1]), torque_2=f64(c.avail_torque[2]),
+                    nips=np.int32(c.book_or_nips == "nips"))

@@ -122,11 +122,8 @@ class BiasedRPS(Env):
     def array_specs(self):
         return {"timestep": ArraySpec(torch.int32, scope="env", state=True)}
 
-    def params(self):
-        c, f32 = self.config, np.float32
-        return dict(rock_win=f32(c.rock_win), paper_win=f32(c.paper_win),
-                    scissors_win=f32(c.scissors_win), rounds=np.int32(c.rounds),
-                    rounds_f=f32(c.rounds))
+    def derived(self):
+        return dict(rounds_f=np.float32(self.config.rounds))
 
     def check_state(self, state):
         """A timestep inside an episode: 0..rounds-1."""

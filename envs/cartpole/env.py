@@ -96,16 +96,10 @@ class CartPole(Env):
         specs["timestep"] = ArraySpec(torch.int32, scope="env", state=True)
         return specs
 
-    def params(self):
+    float_type = np.float64  # gymnasium's arithmetic is float64
+
+    def derived(self):
         c, f64 = self.config, np.float64
-        return dict(
-            gravity=f64(c.gravity), pole_mass=f64(c.pole_mass),
-            total_mass=f64(c.pole_mass + c.cart_mass),
-            pole_half_length=f64(c.pole_half_length),
-            polemass_length=f64(c.pole_mass * c.pole_half_length),
-            force_mag=f64(c.force_mag), tau=f64(c.tau),
-            x_threshold=f64(c.x_threshold),
-            theta_threshold=f64(c.theta_threshold_degrees * 2 * math.pi / 360),
-            max_episode_steps=np.int32(c.max_episode_steps),
-            init_range=f64(c.init_range),
-        )
+        return dict(total_mass=f64(c.pole_mass + c.cart_mass),
+                    polemass_length=f64(c.pole_mass * c.pole_half_length),
+                    theta_threshold=f64(c.theta_threshold_degrees * 2 * math.pi / 360))

@@ -87,12 +87,4 @@ class MountainCar(Env):
         specs["timestep"] = ArraySpec(torch.int32, scope="env", state=True)
         return specs
 
-    def params(self):
-        c, f64 = self.config, np.float64
-        return dict(
-            min_position=f64(c.min_position), max_position=f64(c.max_position),
-            max_speed=f64(c.max_speed), goal_position=f64(c.goal_position),
-            goal_velocity=f64(c.goal_velocity), force=f64(c.force), gravity=f64(c.gravity),
-            max_episode_steps=np.int32(c.max_episode_steps),
-            reset_low=f64(c.reset_low), reset_high=f64(c.reset_high),
-        )
+    float_type = np.float64  # gymnasium's arithmetic is float64

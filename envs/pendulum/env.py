@@ -98,15 +98,11 @@ class Pendulum(Env):
         specs["timestep"] = ArraySpec(torch.int32, scope="env", state=True)
         return specs
 
-    def params(self):
+    float_type = np.float64  # gymnasium's arithmetic is float64
+
+    def derived(self):
         c, f64, f32 = self.config, np.float64, np.float32
-        return dict(
-            # gymnasium's coefficients, as it computes them (Python floats); those that
-            # multiply the float32 action are float32 there (NEP 50), so float32 here
-            gravity_coef=f64(3 * c.g / (2 * c.l)),
-            torque_coef=f32(3.0 / (c.m * c.l ** 2)),
-            torque_cost_coef=f32(0.001),
-            max_speed=f64(c.max_speed), dt=f64(c.dt),
-            max_episode_steps=np.int32(c.max_episode_steps),
-            init_theta=f64(c.init_theta), init_theta_dot=f64(c.init_theta_dot),
-        )
+        # gymnasium's coefficients, as it computes them (Python floats); those that
+        # multiply the float32 action are float32 there (NEP 50), so float32 here
+        return dict(gravity_coef=f64(3 * c.g / (2 * c.l)),
+                    torque_coef=f32(3.0 / (c.m * c.l ** 2)), torque_cost_coef=f32(0.001))

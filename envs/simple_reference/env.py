@@ -78,7 +78,7 @@ class SimpleReference(ParticleEnv):
 
     def scenario_params(self):
         c, f32 = self.config, np.float32
-        return dict(local_ratio=f32(c.local_ratio), global_ratio=f32(1 - c.local_ratio))
+        return dict(global_ratio=f32(1 - c.local_ratio))
 
     def index_ranges(self):
         return {"goal": len(LANDMARK_COLORS)}

@@ -100,7 +100,6 @@ class SimpleSpread(ParticleEnv):
 
     def scenario_params(self):
         c, f32 = self.config, np.float32
-        return dict(local_ratio=f32(c.local_ratio), global_ratio=f32(1 - c.local_ratio),
+        return dict(global_ratio=f32(1 - c.local_ratio),
                     collision_penalty=np.bool_(not c.curriculum),
-                    terminate_on_success=np.bool_(c.terminate_on_success),
                     capture_radius=f32(CAPTURE_RADIUS), **neighbor_params(c))

@@ -103,7 +103,4 @@ class SimpleTag(ParticleEnv):
         return {"hits": ArraySpec(torch.int32), **neighbor_arrays(self.config)}
 
     def scenario_params(self):
-        c = self.config
-        return dict(num_adversaries=np.int32(c.num_adversaries),
-                    terminate_on_success=np.bool_(c.terminate_on_success),
-                    **neighbor_params(c))
+        return neighbor_params(self.config)

@@ -163,6 +163,5 @@ class SimpleWorldComm(ParticleEnv):
 
     def scenario_params(self):
         c, i32 = self.config, np.int32
-        return dict(num_adversaries=i32(c.num_adversaries), num_food=i32(c.num_food),
-                    num_forests=i32(c.num_forests), first_food=i32(c.num_obstacles),
+        return dict(first_food=i32(c.num_obstacles),
                     first_forest=i32(c.num_obstacles + c.num_food))

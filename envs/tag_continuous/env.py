@@ -88,7 +88,7 @@ def move_by(env, agent, s, p, acc_delta, turn_delta):
         acceleration = F32_ZERO
     x = s.loc_x[env, agent] + speed * math.cos(direction)
     y = s.loc_y[env, agent] + speed * math.sin(direction)
-    reward = p.step_reward_tagger if is_tagger else p.step_reward_runner
+    reward = p.step_penalty_for_tagger if is_tagger else p.step_reward_for_runner
     if x < F32_ZERO or x > p.grid_length or y < F32_ZERO or y > p.grid_length:
         reward += p.edge_hit_penalty
         x = min(max(x, F32_ZERO), p.grid_length)
@@ -127,7 +127,7 @@ def tag_runners(env, agent, s, p):
     if nearest >= 0 and nearest_d < p.tag_radius:
         s.reward[env, agent] += p.tag_penalty_for_runner
         s.tagged_by[env, agent] = nearest
-        if p.runner_exits:
+        if p.runner_exits_game_after_tagged:
             s.still_in_game[env, agent] = 0
 
 
@@ -146,7 +146,7 @@ def score(env, agent, s, p):
 
 @numba.jit(nopython=True)
 def finish(env, s, p):
-    if p.runner_exits:
+    if p.runner_exits_game_after_tagged:
         for other in range(s.loc_x.shape[1]):
             if s.tagged_by[env, other] >= 0:
                 s.num_runners_left[env] -= 1
@@ -264,29 +264,15 @@ class TagContinuous(Env):
                 raise ArrayError("array 'agent_type' must match the run's fixed tagger ids "
                                  f"{self.policies['tagger']} (config key tagger_ids)")
 
-    def params(self):
+    def derived(self):
         c, f32 = self.config, np.float32
         return dict(
-            grid_length=f32(c.grid_length),
-            num_runners=np.int32(c.num_runners),
-            episode_length=np.int32(c.episode_length),
             episode_length_f=f32(c.episode_length),
             vmax_tagger=f32(c.max_speed * c.skill_level_tagger),
             vmax_runner=f32(c.max_speed * c.skill_level_runner),
-            num_observed=np.int32(c.num_other_agents_observed),
-            full_observation=np.bool_(c.use_full_observation),
-            own_state=np.bool_(c.observe_own_state),
-            own_frame=np.bool_(c.observe_in_own_frame),
-            runner_exits=np.bool_(c.runner_exits_game_after_tagged),
             position_scale=f32(np.sqrt(2.0) * c.grid_length),
             speed_scale=f32(c.max_speed + 1e-10),
             tag_radius=f32(c.tagging_distance * c.grid_length),
-            tag_reward_for_tagger=f32(c.tag_reward_for_tagger),
-            tag_penalty_for_runner=f32(c.tag_penalty_for_runner),
-            step_reward_tagger=f32(c.step_penalty_for_tagger),
-            step_reward_runner=f32(c.step_reward_for_runner),
-            edge_hit_penalty=f32(c.edge_hit_penalty),
-            end_of_game_reward_for_runner=f32(c.end_of_game_reward_for_runner),
         )
 
 

@@ -23,11 +23,11 @@ OWN_FEATURES = 5  # x / L, y / L, cos(direction), sin(direction), speed / max_sp
 def write_features(s, p, env, agent, other, column, width, cos_t, sin_t):
     """Neighbour `other` as column `column` of the seven feature blocks of `width`.
 
-    (cos_t, sin_t): the observer's heading, used only with `p.own_frame`."""
+    (cos_t, sin_t): the observer's heading, used only with `p.observe_in_own_frame`."""
     row = s.obs
     dx = s.loc_x[env, other] - s.loc_x[env, agent]
     dy = s.loc_y[env, other] - s.loc_y[env, agent]
-    if p.own_frame:  # forward, left: the offset as seen along the observer's heading
+    if p.observe_in_own_frame:  # forward, left: the offset as seen along the observer's heading
         dx, dy = dx * cos_t + dy * sin_t, dy * cos_t - dx * sin_t
     row[env, agent, column] = dx / p.position_scale
     row[env, agent, width + column] = dy / p.position_scale
@@ -67,7 +67,7 @@ def previous_bound(s, p, env, agent):
     rounds to the same float32 square root is never screened out.
     """
     bound = np.float32(0.0)
-    for k in range(p.num_observed):
+    for k in range(p.num_other_agents_observed):
         other = s.nbr_idx[env, agent, k]
         if other < 0 or other == agent or s.still_in_game[env, other] == 0:
             return np.float32(np.inf)
@@ -84,7 +84,7 @@ def nearest_in_game(s, p, env, agent):
     any square root or insertion (sqrt is monotonic, so it never drops one
     that belongs in the list).
     """
-    k_max = p.num_observed
+    k_max = p.num_other_agents_observed
     screen = previous_bound(s, p, env, agent)
     count = 0
     worst = np.float32(np.inf)  # distance of the K-th entry once the list is full
@@ -125,13 +125,13 @@ def observe(env, agent, s, p):
         for k in range(obs_dim):
             s.obs[env, agent, k] = F32_ZERO
         return
-    own = OWN_FEATURES if p.own_state else 0
+    own = OWN_FEATURES if p.observe_own_state else 0
     width = (obs_dim - 1 - own) // FEATURES  # neighbour slots per block
     cos_t, sin_t = F32_ONE, F32_ZERO  # the heading, computed only where an option reads it
-    if p.own_state or p.own_frame:
+    if p.observe_own_state or p.observe_in_own_frame:
         direction = s.direction[env, agent]
         cos_t, sin_t = math.cos(direction), math.sin(direction)
-    if p.full_observation:
+    if p.use_full_observation:
         column = 0
         for other in range(s.loc_x.shape[1]):
             if other != agent:
@@ -145,6 +145,6 @@ def observe(env, agent, s, p):
         for column in range(count, width):
             for f in range(FEATURES):
                 s.obs[env, agent, f * width + column] = F32_ZERO
-    if p.own_state:
+    if p.observe_own_state:
         write_own_state(s, p, env, agent, FEATURES * width, cos_t, sin_t)
     s.obs[env, agent, obs_dim - 1] = numba.float32(s.timestep[env]) / p.episode_length_f

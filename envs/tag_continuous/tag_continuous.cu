@@ -88,7 +88,7 @@ __device__ void move(const Tag& t)
         acceleration = 0.0f;
     float x = t.a.loc_x[i] + speed * cosf(direction);
     float y = t.a.loc_y[i] + speed * sinf(direction);
-    float reward = is_tagger ? t.a.step_reward_tagger : t.a.step_reward_runner;
+    float reward = is_tagger ? t.a.step_penalty_for_tagger : t.a.step_reward_for_runner;
     if (x < 0.0f || x > t.a.grid_length || y < 0.0f || y > t.a.grid_length) {
         reward += t.a.edge_hit_penalty;
         x = gpusim_min(gpusim_max(x, 0.0f), t.a.grid_length);
@@ -124,7 +124,7 @@ __device__ void write_features(const Tag& t, int other, int column, float cos_t,
     const int w = t.width;
     float dx = t.a.loc_x[j] - t.a.loc_x[i];
     float dy = t.a.loc_y[j] - t.a.loc_y[i];
-    if (t.a.own_frame) {  // forward, left
+    if (t.a.observe_in_own_frame) {  // forward, left
         const float forward = dx * cos_t + dy * sin_t;
         const float left = dy * cos_t - dx * sin_t;
         dx = forward;
@@ -143,9 +143,9 @@ __device__ void write_features(const Tag& t, int other, int column, float cos_t,
 // step's K neighbours, if all are still in the game, are K candidates.
 __device__ float previous_bound(const Tag& t)
 {
-    const int* idx = t.a.nbr_idx + t.row * t.a.num_observed;
+    const int* idx = t.a.nbr_idx + t.row * t.a.num_other_agents_observed;
     float bound = 0.0f;
-    for (int k = 0; k < t.a.num_observed; ++k) {
+    for (int k = 0; k < t.a.num_other_agents_observed; ++k) {
         const int other = idx[k];
         if (other < 0 || other == t.agent || t.a.still_in_game[t.base + other] == 0)
             return INFINITY;
@@ -159,7 +159,7 @@ __device__ float previous_bound(const Tag& t)
 // current K-th never displaces it; the bound screens out most candidates.
 __device__ int nearest_in_game(const Tag& t)
 {
-    const int k_max = t.a.num_observed;
+    const int k_max = t.a.num_other_agents_observed;
     int* idx = t.a.nbr_idx + t.row * k_max;
     float* dist = t.a.nbr_dist + t.row * k_max;
     float screen = previous_bound(t);
@@ -208,11 +208,11 @@ __device__ void observe(const Tag& t)
         return;
     }
     float cos_t = 1.0f, sin_t = 0.0f;  // the heading, where an option reads it
-    if (t.a.own_state || t.a.own_frame) {
+    if (t.a.observe_own_state || t.a.observe_in_own_frame) {
         cos_t = cosf(t.a.direction[t.row]);
         sin_t = sinf(t.a.direction[t.row]);
     }
-    if (t.a.full_observation) {
+    if (t.a.use_full_observation) {
         int column = 0;
         for (int other = 0; other < t.num_agents; ++other) {
             if (other != t.agent) {
@@ -222,14 +222,14 @@ __device__ void observe(const Tag& t)
         }
     } else {
         const int count = nearest_in_game(t);
-        const int* idx = t.a.nbr_idx + t.row * t.a.num_observed;
+        const int* idx = t.a.nbr_idx + t.row * t.a.num_other_agents_observed;
         for (int column = 0; column < count; ++column)
             write_features(t, idx[column], column, cos_t, sin_t);
         for (int column = count; column < t.width; ++column)
             for (int f = 0; f < TAG_FEATURES; ++f)
                 row[f * t.width + column] = 0.0f;
     }
-    if (t.a.own_state) {  // the agent itself, before the timestep
+    if (t.a.observe_own_state) {  // the agent itself, before the timestep
         float* own = row + TAG_FEATURES * t.width;
         own[0] = t.a.loc_x[t.row] / t.a.grid_length;
         own[1] = t.a.loc_y[t.row] / t.a.grid_length;
@@ -260,7 +260,7 @@ __device__ void tag_runners(const Tag& t)
     if (nearest >= 0 && nearest_d < t.a.tag_radius) {
         t.a.reward[i] += t.a.tag_penalty_for_runner;
         t.a.tagged_by[i] = nearest;
-        if (t.a.runner_exits)
+        if (t.a.runner_exits_game_after_tagged)
             t.a.still_in_game[i] = 0;
     }
 }
@@ -282,7 +282,7 @@ __device__ void score(const Tag& t)
 
 __device__ void finish(const Tag& t)
 {
-    if (t.a.runner_exits) {
+    if (t.a.runner_exits_game_after_tagged) {
         for (int other = 0; other < t.num_agents; ++other)
             if (t.a.tagged_by[t.base + other] >= 0)
                 t.a.num_runners_left[t.env] -= 1;
@@ -307,14 +307,14 @@ __device__ void reset_replica(const Tag& t)
 __device__ Tag bind(const GpusimEnvArgs& args)
 {
     const int num_agents = gpusim_num_agents();
-    const int width = args.full_observation ? num_agents - 1 : args.num_observed;
+    const int width = args.use_full_observation ? num_agents - 1 : args.num_other_agents_observed;
     return Tag{args,
                gpusim_replica(),
                gpusim_agent(),
                num_agents,
                num_agents - args.num_runners,
                width,
-               TAG_FEATURES * width + (args.own_state ? TAG_OWN_FEATURES : 0) + 1,
+               TAG_FEATURES * width + (args.observe_own_state ? TAG_OWN_FEATURES : 0) + 1,
                (long long)gpusim_replica() * num_agents,
                gpusim_row()};
 }

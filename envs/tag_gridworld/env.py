@@ -208,22 +208,10 @@ class TagGridworld(Env):
             "legal_moves": ArraySpec(i32, (NUM_ACTIONS,)),  # the moves that stay on the grid
         }
 
-    def params(self):
+    def derived(self):
         c, f32, i32 = self.config, np.float32, np.int32
-        return dict(
-            num_taggers=i32(c.num_taggers),
-            grid_size=i32(c.grid_size),
-            last=i32(c.grid_size - 1),
-            centre=i32(c.grid_size // 2),
-            span=f32(c.grid_size - 1),
-            episode_length=i32(c.episode_length),
-            episode_length_f=f32(c.episode_length),
-            wall_penalty=f32(c.wall_penalty),
-            tag_reward=f32(c.tag_reward),
-            tag_penalty=f32(c.tag_penalty),
-            step_penalty_tagger=f32(c.step_penalty_tagger),
-            step_reward_runner=f32(c.step_reward_runner),
-        )
+        return dict(last=i32(c.grid_size - 1), centre=i32(c.grid_size // 2),
+                    span=f32(c.grid_size - 1), episode_length_f=f32(c.episode_length))
 
     def check_state(self, state):
         """Positions must lie on the grid and timesteps inside an episode."""

@@ -175,6 +175,7 @@ class Env(EnvBuild, ActionWriter):
         raise NotImplementedError
 
     float_type = np.float32  # the dtype of the config's float fields in `params()`
+    episode_ends = ("termination", "truncation")  # how its episodes end (check_env checks)
 
     def params(self) -> dict:
         """The kernels' scalar parameters (`p` in a phase): the config's int, float and bool

@@ -99,6 +99,7 @@ class Pendulum(Env):
         return specs
 
     float_type = np.float64  # gymnasium's arithmetic is float64
+    episode_ends = ("truncation",)  # a pendulum never terminates
 
     def derived(self):
         c, f64, f32 = self.config, np.float64, np.float32

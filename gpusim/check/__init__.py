@@ -31,8 +31,10 @@ Checks, in order (names as printed; pass any of them in `skip=` to leave it out)
                 is the same in all initial states (a timestep of 0, a full
                 count, ...) has that value again.
 - `coverage`    how the rollout's episodes ended (by termination, by truncation)
-                and how many agents left play (per-agent done); WARN, never FAIL,
-                for each of these that never happened: that path is untested.
+                and how many agents left play (per-agent done); WARN for each of
+                these that never happened (that path is untested), of the ways
+                the env says its episodes end (`Env.episode_ends`); FAIL for a
+                way it says they never end.
 - `races`       the reset and the rollout's steps replayed thread by thread over
                 recording arrays (gpusim.check.races; every step of a small env, a
                 budget of accesses for a large one): no race between the agents of
@@ -227,7 +229,7 @@ def check_env(env, reference=None, *, steps: int | None = None, seed: int = 0,
             "step": lambda: checks.step(rollout),
             "finite": lambda: checks.finite(rollout, watch and watch.nonfinite),
             "auto_reset": lambda: checks.auto_reset(rollout, samples),
-            "coverage": lambda: coverage(rollout),
+            "coverage": lambda: coverage(rollout, env.episode_ends),
             "races": lambda: races.races(watch),
             "static_races": lambda: static_races.static_races(env, watch),
             "reference": lambda: checks.reference(rollout),

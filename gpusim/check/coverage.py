@@ -16,9 +16,11 @@ class Warning_(Exception):
     """Raised with the coverage check's WARN message (the check still passes)."""
 
 
-def coverage(rollout) -> str:
+def coverage(rollout, ends=("termination", "truncation")) -> str:
+    """`ends`: how the env says its episodes end (`Env.episode_ends`): a way it does not
+    declare that happens fails; one it declares that never happened warns."""
+    from gpusim.check.checks import Failure
     if rollout.error is not None or rollout.malformed:
-        from gpusim.check.checks import Failure
         raise Failure("not run: the rollout stopped early (see the step check)")
     terminated = sum(r.terminated for r in rollout.steps)
     truncated = sum(r.truncated for r in rollout.steps)
@@ -29,14 +31,19 @@ def coverage(rollout) -> str:
     if rollout.per_agent_done:
         facts += f"; {_count(left, 'agent')} left play"
     within = f"in {len(rollout.steps)} steps of {rollout.actions}"
+    happened = {"termination": terminated, "truncation": truncated}
+    undeclared = [way for way, count in happened.items() if count and way not in ends]
+    if undeclared:
+        raise Failure(f"episodes ended by {undeclared[0]} {within} ({facts}), but the env "
+                      f"declares they end by {' and '.join(ends)} only (Env.episode_ends)")
     gaps, paths = [], []
+    missing = [way for way in ends if not happened[way]]
     if not ended:
         gaps.append("no episode ended")
-        paths += ["termination", "truncation"]
-    elif not terminated or not truncated:
-        path = "termination" if not terminated else "truncation"
-        gaps.append(f"no episode ended by {path}")
-        paths.append(path)
+        paths += missing
+    elif missing:
+        gaps.append(f"no episode ended by {missing[0]}")
+        paths += missing
     if rollout.per_agent_done and not left:
         gaps.append("no agent left play")
         paths.append("per-agent done")

@@ -11,7 +11,7 @@ from setuptools import find_packages, setup
 
 ROOTS = {"gpusim": "gpusim", "gpusim.envs": "envs", "gpusim.training": "training",
          "gpusim.cuda_kernels": "cuda_kernels"}
-DATA = ["*.yaml", "*.md", "*.cu", "*.cuh"]
+DATA = ["*.yaml", "*.md", "*.cu", "*.cuh", "templates/new_env/*.tmpl"]
 LINUX_X86 = "platform_system == 'Linux' and platform_machine == 'x86_64'"
 CUDA13 = ["numba-cuda[cu13]>=0.30", "cuda-bindings>=13,<14", "nvidia-cuda-nvrtc>=13,<14"]
 

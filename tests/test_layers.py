@@ -14,7 +14,8 @@ ROOTS = {"gpusim": "gpusim", "envs": "gpusim.envs", "training": "gpusim.training
          "cuda_kernels": "gpusim.cuda_kernels"}
 # The public namespace and the `python -m` entry points sit above every layer.
 FACADE = {"gpusim", "gpusim.train", "gpusim.plot", "gpusim.evaluate", "gpusim.render",
-          "gpusim.doctor", "gpusim.export", "gpusim.league", "gpusim.upgrade", "gpusim.check_env"}
+          "gpusim.doctor", "gpusim.export", "gpusim.league", "gpusim.upgrade",
+          "gpusim.check_env", "gpusim.new_env"}
 ALLOWED = {
     "runtime": {"runtime"},
     "envs": {"runtime", "envs"},

@@ -61,8 +61,11 @@ uniform over a range 10% wider than the bounds for continuous ones), or with
 `policy(obs, step)`, or `actions[step]`.
 
 Reference protocol: `reference(state, actions)` is a callable taking
-- `state`: a dict of numpy arrays, the env's `get_state()` for the first
-  `reference_envs` replicas (arrays of scope "global" whole);
+- `state`: a dict of numpy arrays, the env's `get_state(include_rng=True)` for the
+  first `reference_envs` replicas (arrays of scope "global" whole): `rng_state` holds
+  the RNG streams, so a reference whose step draws random numbers draws the same ones
+  with `gpusim.rng.uniform(state["rng_state"], replica, agent)` (the same function,
+  on numpy arrays) and may return the advanced streams to have them compared;
 - `actions`: int32 numpy array (replicas, num_agents, len(action_nvec)), or
   float32 (replicas, num_agents, Box dims) for continuous actions, not yet
   clipped; a dict policy name -> array (replicas, its agents, its width)

@@ -109,7 +109,8 @@ def record_rollout(env, steps, seed, reference=None, *, reference_steps=0, refer
     n = min(reference_envs, env.num_envs)
     source = source or ActionSource(seed)
     rollout = Rollout(steps, env.obs_dim, n, atol, rtol,
-                      {name: env.arrays.specs[name].scope for name in env.arrays.state_names()},
+                      {"rng_state": "agent",
+                       **{name: env.arrays.specs[name].scope for name in env.arrays.state_names()}},
                       source.kind, env.agent_active_array is not None)
     draw = source.fresh()
     t = 0  # the step an exception is reported at
@@ -122,7 +123,8 @@ def record_rollout(env, steps, seed, reference=None, *, reference_steps=0, refer
             rollout.steps.append(record)
             actions = actions_to(draw(env, obs, t), env.device)
             if reference is not None and t < reference_steps and rollout.reference_error is None:
-                state, replica_actions = _state_rows(env, slice(0, n)), replica_rows(actions, n)
+                state = _state_rows(env, slice(0, n), rng=True)
+                replica_actions = replica_rows(actions, n)
                 try:
                     answer = reference(state, replica_actions)
                 except Exception as exc:
@@ -219,7 +221,8 @@ def _compare_with_reference(env, out, answer, rollout, reference_step):
     got = {"obs": obs[rows], "reward": reward[rows], "terminated": terminated[rows],
            "truncated": truncated[rows], 'info["final_obs"]': info["final_obs"][rows]}
     reference_step.difference = reference_difference(
-        answer, got, _state_rows(env, rows), rollout.state_scopes, rollout.atol, rollout.rtol)
+        answer, got, _state_rows(env, rows, rng=True), rollout.state_scopes, rollout.atol,
+        rollout.rtol)
     reference_step.compared = True
 
 
@@ -252,9 +255,10 @@ def _first_true(masks: dict):
     return None
 
 
-def _state_rows(env, rows, with_global=True) -> dict:
-    """The state arrays as numpy copies: replica-indexed ones at `rows`, global ones whole."""
-    out = {}
+def _state_rows(env, rows, with_global=True, rng=False) -> dict:
+    """The state arrays as numpy copies: replica-indexed ones at `rows`, global ones whole;
+    with `rng`, the RNG streams' states (`rng_state`) of those rows too."""
+    out = {"rng_state": as_numpy(env.arrays["rng_state"][rows]).copy()} if rng else {}
     for name in env.arrays.state_names():
         tensor = env.arrays[name]
         if env.arrays.specs[name].scope == "global":

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpusim.config import load_yaml
+from gpusim.errors import ConfigError
 
 FILE = "env_steps.yaml"
 # keys that may differ between a run and its table: the sizes the rule sets ...
@@ -96,17 +97,75 @@ def table_for(config) -> Table | None:
 
 @functools.lru_cache(maxsize=None)
 def _entries(path: str, env_name: str, algorithm: str) -> tuple:
-    """(entry, its learning settings) for each table of the file measured with `algorithm`."""
+    """(entry, its learning settings) for each table of the file measured with `algorithm`;
+    a malformed file is one error line naming it and the key."""
     from gpusim.envs import env_class
 
     from .config import load_run_config, recipe_path
     cls = env_class(env_name)
     out = []
-    for entry in load_yaml(path).get("tables") or []:
-        settings = dict(entry.get("settings") or {})
+    for index, entry in enumerate(tables(path)):
+        settings = entry["settings"]
         if settings.get("trainer.algorithm", "ppo") != algorithm:
             continue
-        config = load_run_config(env_name, cls, path=recipe_path(cls, algorithm),
-                                 sets=[f"{k}={v}" for k, v in settings.items()])
+        try:
+            config = load_run_config(env_name, cls, path=recipe_path(cls, algorithm),
+                                     sets=[f"{k}={v}" for k, v in settings.items()])
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: tables[{index}].settings: {exc}") from None
         out.append((entry, learning_settings(config)))
     return tuple(out)
+
+
+def tables(path: str) -> list:
+    """The file's tables, every part checked: `tables` a list of mappings, each with an
+    optional `name`, `settings` (dotted config keys to values) and `rows`, each row a
+    mapping with `k` (> 0), `median` (> 0), `reached` and `seeds` (0 <= reached <= seeds,
+    seeds >= 1), and optional `low` and `high`."""
+    data = load_yaml(path)
+    found = data.get("tables")
+    if not isinstance(found, list) or not found:
+        raise ConfigError(f"{path}: 'tables' must be a non-empty list of tables")
+    for t, entry in enumerate(found):
+        where = f"{path}: tables[{t}]"
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where} must be a mapping (name, settings, rows)")
+        unknown = set(entry) - {"name", "settings", "rows"}
+        if unknown:
+            raise ConfigError(f"{where}: unknown key '{sorted(unknown)[0]}' (known: name, "
+                              "settings, rows)")
+        entry.setdefault("settings", {})
+        if entry["settings"] is None:
+            entry["settings"] = {}
+        if not isinstance(entry["settings"], dict) or not all(
+                isinstance(k, str) and "." in k for k in entry["settings"]):
+            raise ConfigError(f"{where}.settings must map dotted config keys (trainer.lr) "
+                              "to values")
+        rows = entry.get("rows")
+        if not isinstance(rows, list) or not rows:
+            raise ConfigError(f"{where}.rows must be a non-empty list of rows")
+        for r, row in enumerate(rows):
+            _check_row(row, f"{where}.rows[{r}]")
+    return found
+
+
+def _check_row(row, where: str):
+    if not isinstance(row, dict):
+        raise ConfigError(f"{where} must be a mapping (k, median, reached, seeds)")
+    unknown = set(row) - {"k", "median", "low", "high", "reached", "seeds"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown key '{sorted(unknown)[0]}'")
+    for key, low in (("k", 0), ("median", 0), ("low", 0), ("high", 0)):
+        value = row.get(key)
+        if value is None and key in ("low", "high"):
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                not math.isfinite(value) or value <= low:
+            raise ConfigError(f"{where}.{key} must be a positive number, got {value!r}")
+    for key in ("reached", "seeds"):
+        value = row.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < (key == "seeds"):
+            raise ConfigError(f"{where}.{key} must be a whole number >= {int(key == 'seeds')}, "
+                              f"got {value!r}")
+    if row["reached"] > row["seeds"]:
+        raise ConfigError(f"{where}: reached ({row['reached']}) exceeds seeds ({row['seeds']})")

@@ -106,7 +106,7 @@ class EnvBuild:
         missing = [name for name in self.REQUIRED if not hasattr(self, name)]
         if missing:
             raise GpusimError(f"env {self.name}: setup() does not set {', '.join(missing)} "
-                              "(docs/custom_env.md lists what setup declares)")
+                              "(docs/env_phases.md lists what setup declares)")
 
     # ---- kernels -------------------------------------------------------------
     @classmethod

@@ -142,7 +142,10 @@ def compile_failed(spec, backend: str, exc: BaseException) -> str:
     text = _ANSI.sub("", str(exc))  # numba colours its messages where colorama is installed
     problem = next((line.strip() for line in text.splitlines()
                     if line.strip() and not _PIPELINE_LINE.match(line.strip())), text.strip())
+    layout = _LAYOUT_TYPE.search(problem)
     problem = _LAYOUT_TYPE.sub(lambda m: f"of {_LAYOUT_NAMES[m.group(1)]}", problem)
+    if layout is not None and "Unknown attribute" in problem:
+        problem += f": {_UNKNOWN_HINT[layout.group(1)]}"
     where = ""
     phases = _phase_code(spec)
     for match in _SOURCE_LOCATION.finditer(text):
@@ -191,5 +194,8 @@ _PIPELINE_LINE = re.compile(r"^(Failed in .* pipeline|During: |File \"|<source e
 # numba's locations: `File "path", line N:` and `typing of call at path (N)`
 _SOURCE_LOCATION = re.compile(r'File "([^"]+)", line (\d+)|\bat (\S+) \((\d+)\)')
 # numba names the env's layout types by their generated class: say what they are instead
-_LAYOUT_TYPE = re.compile(r"of type (Arrays|Params)_[0-9a-f]{12}\(.*\)")
+_LAYOUT_TYPE = re.compile(r"of type (?:TupleRef\()?(Arrays|Params)_[0-9a-f]{12}\(.*\)")
 _LAYOUT_NAMES = {"Arrays": "the env's arrays (s)", "Params": "the env's parameters (p)"}
+# what to do about an attribute the layout lacks
+_UNKNOWN_HINT = {"Arrays": "declare it in array_specs(), or check its name",
+                 "Params": "make it a config field or a derived() value, or check its name"}

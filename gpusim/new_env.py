@@ -100,13 +100,15 @@ def main(argv=None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     env = f"{args.name}.env:{class_name(args.name)}"
-    where = "" if folder.resolve() == Path.cwd().resolve() else f"cd {folder} && "
+    steps = [(f"python -m gpusim.check_env {env}", "its checks"),
+             (f"python -m gpusim.render {env} --out random.gif", "watch random play"),
+             (f"python -m gpusim.train --env {env}", "train it to its recipe's target"),
+             (f"python -m pytest {args.name}", "its tests")]
+    width = max(len(command) for command, _ in steps)
     print(f"wrote {package}/: env.py, config.yaml, reference.py, test_{args.name}.py\n"
-          f"next, from {folder}:\n"
-          f"  {where}python -m gpusim.check_env {env}              # its checks\n"
-          f"  {where}python -m gpusim.render {env} --out random.gif  # random play\n"
-          f"  {where}python -m gpusim.train --env {env}            # train to its target\n"
-          f"  {where}python -m pytest {args.name}                          # its tests")
+          f"next, from {folder.resolve() if args.dir != '.' else 'here'}:")
+    for command, what in steps:
+        print(f"  {command.ljust(width)}  # {what}")
     return 0
 
 

@@ -91,6 +91,15 @@ class TypingError(Good):
     step_phases = (agent_phase(read_a_missing_array), env_phase(end))
 
 
+@numba.jit(nopython=True)
+def read_a_missing_parameter(env, agent, s, p):
+    s.x[env, agent] = p.speed
+
+
+class UnknownParameter(Good):
+    step_phases = (agent_phase(read_a_missing_parameter), env_phase(end))
+
+
 class AgentInNoPolicy(Good):
     def setup(self, config):
         super().setup(config)

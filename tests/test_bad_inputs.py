@@ -260,6 +260,12 @@ CLI_ROWS = [
      "env good: phase 'count_and_raise' of kernel 'good.step' raised ValueError: x ran past 2"),
     ("numba typing error", custom("TypingError"), {}, 2,
      "in phase 'read_a_missing_array' (bad_envs.py:"),
+    ("an array never declared", custom("TypingError"), {}, 2,
+     "Unknown attribute 'speed' of the env's arrays (s): declare it in array_specs(), or "
+     "check its name"),
+    ("a parameter never declared", custom("UnknownParameter"), {}, 2,
+     "Unknown attribute 'speed' of the env's parameters (p): make it a config field or a "
+     "derived() value, or check its name"),
     ("agent in no policy", custom("AgentInNoPolicy"), {}, 2,
      "env good: agents 1 are in no policy"),
     ("agent in two policies", custom("AgentInTwoPolicies"), {}, 2,

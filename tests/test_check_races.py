@@ -3,7 +3,7 @@ CUDA kernels under the simulator (check_kernel_races), and the bounds-checked CP
 that name an index out of bounds (gpusim.check.bounds).
 
 - Every built-in env replays its reset and steps with no race reported.
-- Each rule of docs/custom_env.md's "Avoiding races" fails on a mistake planted in
+- Each rule of docs/env_phases.md's "Avoiding races" fails on a mistake planted in
   tests/planted_env.py, in one line naming the agents, the array and its index, the
   phase and the source line.
 - A raw kernel without its barrier, or with a lost update, is caught; an atomic

@@ -1,4 +1,5 @@
-"""docs/custom_env.md says what gpusim does, in the parts its runnable blocks cannot show:
+"""The env reference pages say what gpusim does, in the parts their runnable blocks cannot
+show:
 
 - the parameter list of a CUDA C kernel (section (c)): gpusim's arrays in the listed
   order, those of the features an env lacks left out, then the env's own, then
@@ -16,11 +17,13 @@ from gpusim.check import check_env
 from mixed_team_env import MixedTeam
 from planted_env import NARROW_OBS, ZERO_BY_ZERO, chase, pursuit
 
-GUIDE = Path(__file__).resolve().parent.parent / "docs" / "custom_env.md"
+DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 
 def guide() -> str:
-    return GUIDE.read_text()
+    """The reference pages, one text."""
+    return "\n".join((DOCS / name).read_text() for name in ("env_phases.md", "env_numba.md",
+                                                             "env_cuda_c.md"))
 
 
 def listed_parameters() -> tuple:

@@ -1,4 +1,6 @@
-"""docs/custom_env.md stays true: the code of its sections (a), (b) and (c) is run.
+"""The env reference pages stay true: the code of their sections is run, (a) portable phases
+(docs/env_phases.md), (b) a raw numba kernel (docs/env_numba.md) and (c) a CUDA C kernel
+(docs/env_cuda_c.md), in that order.
 
 Code blocks whose first line is a comment naming a file (`# ring_gather/env.py`,
 `// ring_gather/ring_gather.cu`) are written to that file in a temporary
@@ -17,14 +19,15 @@ from pathlib import Path
 
 import pytest
 
-GUIDE = Path(__file__).resolve().parent.parent / "docs" / "custom_env.md"
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+PAGES = {"a": DOCS / "env_phases.md", "b": DOCS / "env_numba.md", "c": DOCS / "env_cuda_c.md"}
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 FILE_COMMENT = re.compile(r"^(?:#|//) (ring_gather/[\w.]+)\n")
 PACKAGE = "ring_gather"
 
 
 def section(letter: str) -> str:
-    text = GUIDE.read_text()
+    text = PAGES[letter].read_text()
     start = text.index(f"\n## ({letter})")
     end = text.find("\n## (", start + 1)
     return text[start:] if end < 0 else text[start:end]
@@ -69,7 +72,7 @@ def run_section(letter: str, root: Path) -> dict:
         if lang == "python" and not FILE_COMMENT.match(code):
             out = io.StringIO()
             with contextlib.redirect_stdout(out):
-                exec(compile(code, f"{GUIDE.name} ({letter}) block {k}", "exec"),
+                exec(compile(code, f"{PAGES[letter].name} ({letter}) block {k}", "exec"),
                      {"__name__": f"guide_{letter}_{k}"})
             ran["python"] += 1
             following = items[k + 1] if k + 1 < len(items) else None

@@ -49,7 +49,7 @@ def test_a_racy_count_no_run_reaches_is_reported_in_one_line():
 
 def test_the_guide_quotes_the_report():
     message = check_env(pincer(RACY), skip=("determinism",), verbose=False)["static_races"]
-    guide = (Path(__file__).parent.parent / "docs" / "custom_env.md").read_text()
+    guide = (Path(__file__).parent.parent / "docs" / "env_phases.md").read_text()
     assert f"FAIL static_races: {message.message}" in guide
 
 

@@ -1,6 +1,6 @@
 """check_env's `races` check: the reset and steps of its rollout replayed thread by thread
 over recording arrays (gpusim.check.replay), against the race rules of
-docs/custom_env.md ("Avoiding races"):
+docs/env_phases.md ("Avoiding races"):
 
 1. Between two barriers (within one phase), an entry one thread writes is read or
    written by no other thread.

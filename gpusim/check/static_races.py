@@ -1,5 +1,5 @@
 """check_env's `static_races` check: every agent phase read, not run, for the writes that
-several agents can reach at once (docs/custom_env.md, "Avoiding races").
+several agents can reach at once (docs/env_phases.md, "Avoiding races").
 
 The recorded `races` check sees only the paths its rollout takes; this one reads each
 agent phase's source (its `py_func`, and the jit helpers it calls, their parameters

@@ -1,5 +1,6 @@
 """docs/custom_env.md, the tutorial, done as a newcomer does it: in an empty folder, every
-command of its `bash` blocks and every edit of its `replace ... with` blocks, in order.
+command of its `bash` blocks and every edit of its `replace ... with` blocks, in order
+(its other python blocks are excerpts of the env written, checked to stand there).
 Each command must succeed and print the lines its `text` block shows (their words up to
 the first figure: timings and paths differ from run to run); the run trains to its
 target; the first training command is within the page's first 300 lines."""
@@ -54,7 +55,7 @@ def test_the_tutorial_from_its_first_line(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     threads = torch.get_num_threads(), numba.get_num_threads()
-    printed, counts = "", {"commands": 0, "edits": 0}
+    printed, counts = "", {"commands": 0, "edits": 0, "excerpts": 0}
     try:
         for lang, code in steps():
             if lang == "bash":
@@ -74,9 +75,12 @@ def test_the_tutorial_from_its_first_line(tmp_path, monkeypatch):
                 assert source.count(old) == 1, (path, old)
                 (tmp_path / path).write_text(source.replace(old, new))
                 counts["edits"] += 1
+            elif lang == "python":  # an excerpt of the env written: as it stands there
+                assert code.strip() in (tmp_path / "my_game" / "env.py").read_text(), code
+                counts["excerpts"] += 1
     finally:
         torch.set_num_threads(threads[0])
         numba.set_num_threads(threads[1])
         for name in [m for m in sys.modules if m == "my_game" or m.startswith("my_game.")]:
             del sys.modules[name]
-    assert counts == {"commands": 5, "edits": 3}, counts
+    assert counts == {"commands": 5, "edits": 3, "excerpts": 1}, counts

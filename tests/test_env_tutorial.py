@@ -10,6 +10,7 @@ import re
 import runpy
 import shlex
 import sys
+import warnings
 from pathlib import Path
 
 import numba
@@ -32,8 +33,11 @@ def run(command: list, folder: Path) -> tuple:
     out = io.StringIO()
     with contextlib.redirect_stdout(out), pytest.MonkeyPatch.context() as mp:
         mp.setattr(sys, "argv", [tool, *args])
-        try:  # (runpy: as `python -m` runs it)
-            runpy.run_module(tool, run_name="__main__")
+        try:  # (runpy: as `python -m` runs it; a module imported before is run anew)
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", "'gpusim.* found in sys.modules",
+                                        RuntimeWarning)
+                runpy.run_module(tool, run_name="__main__")
             code = 0
         except SystemExit as exited:
             code = exited.code or 0

@@ -37,9 +37,8 @@ from common import machine  # noqa: E402
 
 # name -> the env, the settings its table is measured with (none: the recipe as written),
 # the recipe's num_envs, its ks and seeds
-TAG_3_8 = {"env.num_taggers": 3, "env.num_runners": 8, "trainer.score_policy": "runner",
-           "trainer.score_opponents": "random", "trainer.score_window": 64,
-           "trainer.target_score": 345}
+TAG_3_8 = {"env.num_taggers": 3, "env.num_runners": 8, "trainer.score_opponents": "random",
+           "trainer.score_window": 64, "trainer.target_score": {"runner": 345}}
 ENVS = {
     "cartpole": ("cartpole", {}, 32, (0.25, 1, 4, 16, 64), 5),
     "simple_spread": ("simple_spread", {"policy.critic": "central",

@@ -12,7 +12,8 @@ trained taggers) is kept on the device. An env declares it as a class attribute:
 
 `sides` maps each policy that may be the trained side to the direction its score
 improves in: survival falls as taggers learn and rises as runners do. The first is
-the default; `trainer.score_policy` picks another.
+the default; `trainer.target_score` names the sides a run measures, each with its
+target: `{tagger: 200, runner: 334}` stops a run once both hold.
 
 `tracker(env)` builds an object whose `after_step(done)` returns, per replica, the value
 of the episode that ended with this step (entries where `done` is False are ignored),
@@ -42,11 +43,11 @@ class Score:
                               f"{DIRECTIONS}, got {self.sides!r}")
 
     def side(self, env, policy: str | None) -> str:
-        """The trained side: `policy` (trainer.score_policy), else the first declared;
-        one the score or the env does not have is refused, naming what it has."""
+        """A trained side: `policy` (a key of trainer.target_score), else the first
+        declared; one the score or the env does not have is refused, naming what it has."""
         side = policy or next(iter(self.sides))
         if side not in self.sides or side not in env.policy_specs:
-            raise GpusimError(f"config key 'trainer.score_policy' must name a side of env "
+            raise GpusimError(f"config key 'trainer.target_score' must name sides of env "
                               f"{env.name}'s score {self.name!r} "
                               f"({', '.join(s for s in self.sides if s in env.policy_specs)}), "
                               f"got {side!r}")

@@ -245,3 +245,46 @@ def test_a_saved_config_of_todays_format_reruns_with_config(tmp_path):
     assert train.main(["--resume", str(run), "--quiet"]) == 0  # its config.yaml: today's
     assert train.main(["--config", str(run / "config.yaml"), "--quiet", "--total_steps", "32",
                        "--results_dir", str(tmp_path / "again")]) == 0
+
+
+@pytest.mark.parametrize("env, trainer, want", [
+    ("tag_continuous", {"score_policy": "runner", "target_score": 345}, {"runner": 345}),
+    ("tag_continuous", {"score_policy": None, "target_score": 200}, {"tagger": 200}),
+    ("tag_continuous", {"score_policy": "runner", "target_score": None}, {"runner": None}),
+    ("tag_continuous", {"score_policy": None, "target_score": None}, None),
+    ("cartpole", {"score_policy": None, "target_score": 15}, 15),  # (its return's target)
+])
+def test_score_policy_becomes_the_side_named_in_target_score(env, trainer, want):
+    from gpusim.training.records.migrations import upgrade_config
+    data = {"format": 3, "gpusim_version": "0.2.0", "env_name": env,
+            "trainer": {"algorithm": "ppo", **trainer}}
+    upgraded, fmt, changes = upgrade_config(data, "config.yaml")
+    assert fmt == 3 and upgraded["trainer"]["target_score"] == want
+    assert "score_policy" not in upgraded["trainer"]
+    assert any("trainer.score_policy" in c for c in changes)
+
+
+def test_a_checkpoint_of_one_nameless_score_side_loads_as_the_runs_side(tmp_path):
+    """Run format 3 kept the one measured side's score without its name."""
+    import copy
+
+    from gpusim.envs import env_class
+    from gpusim.training.config import load_run_config
+    from gpusim.training.loop import Trainer
+    from gpusim.training.records.migrations import upgrade_checkpoint
+    cls = env_class("tag_continuous")
+    config = load_run_config("tag_continuous", cls, sets=[
+        "trainer.backend=cpu", "trainer.num_envs=4", "trainer.rollout_len=8",
+        "env.num_taggers=2", "env.num_runners=3", "env.episode_length=6",
+        "trainer.score_window=4", "trainer.target_score={runner: null}"])
+    trainer = Trainer(config, cls)
+    for _ in range(3):
+        trainer._train_one(False)
+    state = copy.deepcopy(trainer.state_dict())
+    state.update(format=3, gpusim_version="0.2.0")
+    state["score"] = state["score"]["sides"]["runner"]  # format 3's layout
+    state, fmt = upgrade_checkpoint(state, "checkpoint_000003.pt")
+    again = Trainer(config, cls)
+    again.load_state_dict(state)
+    assert fmt == 3 and list(again.score.recent["runner"]) == list(trainer.score.recent["runner"])
+    assert again.score.episodes == trainer.score.episodes and trainer.score.episodes["runner"]

@@ -78,7 +78,7 @@ def test_monitor_keeps_ended_episodes_in_order_without_host_reads():
 def test_tag_runs_show_the_score_and_stop_at_its_target(tmp_path):
     code, rows = train(tmp_path, "--env", "tag_continuous", "--total_steps", "4000",
                        *SMALL_TAG, "--set", "trainer.score_window=4",
-                       "--set", "trainer.target_score=1000")  # lower is better: any score
+                       "--set", "trainer.target_score={tagger: 1000}")  # lower is better: any
     assert code == 0
     key = "score/runner_steps_survived/tagger"
     assert rows[0][key] is None and rows[0]["score_episodes"] == 0
@@ -90,9 +90,8 @@ def test_tag_runs_show_the_score_and_stop_at_its_target(tmp_path):
 
 def test_the_runner_side_improves_upward(tmp_path):
     code, rows = train(tmp_path, "--env", "tag_continuous", "--total_steps", "640",
-                       *SMALL_TAG, "--set", "trainer.score_policy=runner",
-                       "--set", "trainer.score_window=2",
-                       "--set", "trainer.target_score=1000")  # higher is better: unreachable
+                       *SMALL_TAG, "--set", "trainer.score_window=2",
+                       "--set", "trainer.target_score={runner: 1000}")  # higher: unreachable
     assert code == 0
     assert rows[-1]["env_steps"] == 640 and rows[-1]["score/runner_steps_survived/runner"]
 
@@ -106,9 +105,15 @@ def test_an_env_without_a_score_is_scored_by_its_return(tmp_path):
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["--env", "cartpole", "--set", "trainer.score_policy=agent"], "names none"),
-    (["--env", "tag_continuous", "--set", "trainer.score_policy=seeker"],
-     "must name a side of env tag_continuous's score"),
+    (["--env", "cartpole", "--set", "trainer.target_score={agent: 1}"], "names none"),
+    (["--env", "tag_continuous", "--set", "trainer.target_score={seeker: 1}"],
+     "must name sides of env tag_continuous's score"),
+    (["--env", "tag_continuous", "--set", "trainer.target_score=200"],
+     "names the sides of tag_continuous's score and their targets, e.g. {tagger: 200}"),
+    (["--env", "tag_continuous", "--set", "trainer.target_score={tagger: many}"],
+     "'trainer.target_score' must map the score's sides to targets"),
+    (["--env", "tag_continuous", "--set", "trainer.target_score={}"],
+     "'trainer.target_score' must map the score's sides to targets"),
     (["--env", "tag_continuous", "--set", "trainer.score_every=0"], "trainer.score_every"),
     (["--env", "cartpole", "--set", "trainer.score_opponents=scripted"], "names none"),
     (["--env", "tag_continuous", "--set", "trainer.score_envs=0"],
@@ -121,6 +126,26 @@ def test_score_inputs_refused_in_one_line(argv, message, tmp_path, capsys):
     code = main(["--backend", "cpu", "--quiet", "--results_dir", str(tmp_path), *argv])
     err = capsys.readouterr().err
     assert code == 2 and message in err and err.count("\n") == 1, err
+
+
+def test_a_two_sided_score_stops_when_both_sides_reach_their_targets(tmp_path, capsys):
+    """Each side measured on its own replicas against the other side's fixed opponents; the
+    run stops once both targets hold over full windows; the progress line shows both."""
+    code, rows = train(tmp_path, "--env", "tag_continuous", "--total_steps", "8000",
+                       *SMALL_TAG, "--set", "trainer.score_window=4",
+                       "--set", "trainer.target_score={tagger: 1000, runner: 1}")
+    assert code == 0
+    last = rows[-1]
+    assert 0 < last["score/runner_steps_survived/tagger"] <= 12
+    assert 1 <= last["score/runner_steps_survived/runner"] <= 12
+    assert last["score_episodes"] >= 4 and last["env_steps"] < 8000  # both held: stopped
+    from gpusim.training.records.logger import RunLogger
+    (tmp_path / "shown").mkdir()
+    logger = RunLogger(tmp_path / "shown", total_iterations=last["iteration"])
+    logger.progress(last, last=True)  # the line a log shows for it
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "| runner_steps_survived tagger=" in line and ", runner=" in line, line
+    logger.close()
 
 
 def test_a_checkpoint_keeps_the_scores_window(tmp_path):
@@ -260,7 +285,7 @@ def test_the_recipes_score_settings_hold_for_its_env_settings(capsys):
     from gpusim.training.config import load_run_config
     cls = env_class("tag_continuous")
     recipe = load_run_config("tag_continuous", cls).trainer
-    assert (recipe.target_score, recipe.score_opponents) == (200, "scripted")
+    assert (recipe.target_score, recipe.score_opponents) == ({"tagger": 200}, "scripted")
     other = load_run_config("tag_continuous", cls, sets=["env.episode_length=50"])
     assert (other.trainer.target_score, other.trainer.score_opponents) == (None, "random")
     kept = load_run_config("tag_continuous", cls, sets=["env.num_runners=8",
@@ -268,8 +293,8 @@ def test_the_recipes_score_settings_hold_for_its_env_settings(capsys):
     assert kept.trainer.score_opponents == "scripted"
     assert capsys.readouterr().err == ""
     given = load_run_config("tag_continuous", cls, sets=["env.episode_length=50",
-                                                         "trainer.target_score=30"])
-    assert given.trainer.target_score == 30
+                                                         "trainer.target_score={tagger: 30}"])
+    assert given.trainer.target_score == {"tagger": 30}
 
 
 def test_quickest_measures_the_start_and_the_near_ones_again():
@@ -339,8 +364,8 @@ def test_scripted_opponents_play_the_score_replicas():
     sets = [item for item in SMALL_TAG if item != "--set"] + ["trainer.backend=cpu"]
     for side, opponent in (("tagger", Fleer), ("runner", Chaser)):
         config = load_run_config("tag_continuous", cls, sets=sets + [
-            f"trainer.score_policy={side}", "trainer.score_opponents=scripted"])
-        monitor = Trainer(config, cls).score.monitor
+            f"trainer.target_score={{{side}: null}}", "trainer.score_opponents=scripted"])
+        (monitor,) = Trainer(config, cls).score.monitors.values()
         (other,) = [name for name in ("tagger", "runner") if name != side]
         assert isinstance(monitor.actors.policies[other], opponent)
         assert not isinstance(monitor.actors.policies[side], (Chaser, Fleer))

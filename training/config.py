@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,11 +64,16 @@ class TrainerConfig:
                                    # policies (python -m gpusim.evaluate); 0: none
     target_return: float | None = None  # stop once every policy's mean return over the
                                         # last 100 finished episodes reaches this
-    target_score: float | None = None   # stop once the env's score reaches this (in its
-                                        # direction): tag_continuous's, runner survival
-                                        # against the trained taggers over the last
-                                        # score_window evaluation episodes; an env that
-                                        # names no score: every policy's return, as above
+    target_score: float | dict | None = None  # an env whose score has sides (gpusim.score):
+                                        # the sides measured and their targets,
+                                        # {tagger: 200, runner: 334}: each side trained
+                                        # against the others' fixed opponents on its own
+                                        # score_envs replicas, the run stopping once every
+                                        # target is reached over the last score_window
+                                        # episodes (a null target: measured, no stop;
+                                        # None: the env's first side, no stop); an env
+                                        # that names no score: a number, every policy's
+                                        # mean return as for target_return
     score_envs: int = 8            # evaluation replicas for an env's score (gpusim.score),
                                    # stepped beside training; 0: no score measured (the
                                    # replica rule grows them with num_envs: training.replicas)
@@ -76,8 +82,6 @@ class TrainerConfig:
     score_opponents: str = "random"  # what the sides the score does not train play there:
                                      # random | scripted (the env's scripted policies)
     score_window: int = 32         # the score: the mean of its last this many episodes
-    score_policy: str | None = None  # the side an env's score trains (tag_continuous: tagger
-                                     # or runner); None: the env's first
     torch_threads: int = 0         # CPU: the learner's threads (0: chosen from the work,
                                    # gpusim.scale.threads)
     population: int | dict = 1     # members trained side by side in one process: a number
@@ -110,6 +114,14 @@ class TrainerConfig:
         require(self.score_opponents in SCORE_OPPONENTS, "trainer.score_opponents",
                 f"must be one of {SCORE_OPPONENTS}")
         require(self.score_window >= 1, "trainer.score_window", "must be at least 1")
+        if isinstance(self.target_score, dict):
+            bad = next((f"{side}: {value!r}" for side, value in self.target_score.items()
+                        if not isinstance(side, str) or (value is not None and (
+                            isinstance(value, bool) or not isinstance(value, (int, float))
+                            or not math.isfinite(value)))), None)
+            require(self.target_score and bad is None, "trainer.target_score",
+                    "must map the score's sides to targets (numbers, or null: measured "
+                    f"without a target), e.g. {{tagger: 200, runner: 334}}; got {bad or '{}'}")
         require(self.seeds_per_setting >= 1, "trainer.seeds_per_setting", "must be at least 1")
         require(isinstance(self.population, dict) or self.seeds_per_setting == 1,
                 "trainer.seeds_per_setting", "applies to a sweep (trainer.population: a "

@@ -221,14 +221,15 @@ class Trainer:
         """Whether every target set is reached: target_return by every policy's return,
         target_score by the env's score (an env without one: by every policy's return)."""
         t = self.config.trainer
-        if t.target_return is None and t.target_score is None:
+        targets = [x for x in (t.target_return, t.target_score)
+                   if x is not None and not isinstance(x, dict)]  # (a number: by the returns)
+        scored = self.score is not None and self.score.has_targets()
+        if not targets and not scored:
             return False
-        targets = [t.target_return] + ([t.target_score] if self.score is None else [])
         returns = all(len(self.recent[name]) == RECENT_EPISODES
                       and self.recent_return(name) >= target
-                      for target in targets if target is not None for name in names)
-        return returns and (self.score is None or t.target_score is None
-                            or self.score.reached(t.target_score))
+                      for target in targets for name in names)
+        return returns and (not scored or self.score.reached())
 
     def _finish_members(self):
         """Members that reached the target stop learning (a solo run: it ends; a

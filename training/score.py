@@ -35,69 +35,127 @@ SCORE_KEY = "__score__"  # the score's episodes, passed between ranks beside the
 
 
 class RunScore:
-    """A run's score: its monitor, and the last `score_window` episodes of every rank."""
+    """A run's score: a monitor per measured side (`trainer.target_score`'s sides, else the
+    env's first), and each side's last `score_window` episodes of every rank."""
 
-    def __init__(self, monitor, window: int):
-        self.monitor, self.name = monitor, f"{monitor.score.name}/{monitor.side}"
-        self.recent = collections.deque(maxlen=window)
-        self.episodes = 0
+    def __init__(self, monitors: dict, targets: dict, window: int):
+        self.monitors, self.targets = monitors, targets  # side -> its monitor, its target
+        any_monitor = next(iter(monitors.values()))
+        self.score = any_monitor.score
+        self.recent = {side: collections.deque(maxlen=window) for side in monitors}
+        self.episodes = {side: 0 for side in monitors}
 
     @classmethod
     def build(cls, config, env_class, algorithm, context):
-        monitor = ScoreMonitor.build(config, env_class, algorithm, context)
-        return None if monitor is None else cls(monitor, config.trainer.score_window)
+        """The run's score, where the env names one and the run can measure it: a solo run
+        of an algorithm whose networks act (a population's members are judged by their
+        returns, `python -m gpusim.evaluate` scores each); None else."""
+        t, score = config.trainer, env_class.score
+        if score is None:
+            if t.score_opponents != type(t)().score_opponents or isinstance(t.target_score, dict):
+                key = "score_opponents" if not isinstance(t.target_score, dict) else "target_score"
+                raise GpusimError(f"config key 'trainer.{key}' sets up an env's score, and "
+                                  f"{config.env_name} names none (its score is the training "
+                                  "return: trainer.target_score takes a number)")
+            return None
+        if isinstance(t.target_score, (int, float)):
+            raise GpusimError(f"config key 'trainer.target_score' names the sides of "
+                              f"{config.env_name}'s score and their targets, e.g. "
+                              f"{{{next(iter(score.sides))}: {t.target_score:g}}}; got a number")
+        targets = dict(t.target_score or {next(iter(score.sides)): None})
+        wanted = [side for side, target in targets.items() if target is not None]
+        if wanted and (t.score_envs == 0 or t.population != 1):
+            why = "trainer.score_envs is 0" if t.score_envs == 0 else \
+                "a population's members are judged by their returns"
+            raise GpusimError(f"config key 'trainer.target_score' is measured on "
+                              f"{config.env_name}'s score, which this run never measures "
+                              f"({why}): drop the target or measure the score")
+        if t.score_envs == 0 or t.population != 1:
+            return None
+        models = algorithm.models()
+        monitors = {side: ScoreMonitor(config, env_class, models, context,
+                                       algorithm.precision.autocast, side, k)
+                    for k, side in enumerate(targets)}
+        return cls(monitors, targets, t.score_window)
 
-    def play(self, iteration: int) -> list:
-        """This rank's chunk of evaluation steps, where `iteration` is due: the values of
-        its episodes that ended."""
-        if iteration % self.monitor.every == 0:
-            self.monitor.advance()
-        return self.monitor.finished()
+    def play(self, iteration: int) -> dict:
+        """This rank's chunks of evaluation steps, where `iteration` is due: per side, the
+        values of its episodes that ended."""
+        out = {}
+        for side, monitor in self.monitors.items():
+            if iteration % monitor.every == 0:
+                monitor.advance()
+            out[side] = monitor.finished()
+        return out
 
-    def extend(self, values: list):
-        self.recent.extend(values)
-        self.episodes += len(values)
+    def extend(self, values: dict):
+        for side, ended in values.items():
+            self.recent[side].extend(ended)
+            self.episodes[side] += len(ended)
 
-    def value(self) -> float | None:
-        return sum(self.recent) / len(self.recent) if self.recent else None
+    def value(self, side: str) -> float | None:
+        recent = self.recent[side]
+        return sum(recent) / len(recent) if recent else None
 
-    def reached(self, target: float) -> bool:
-        """Over a full window of episodes, the score at `target` or beyond it."""
-        return len(self.recent) == self.recent.maxlen and \
-            self.monitor.score.reached(self.monitor.side, self.value(), target)
+    def reached(self) -> bool:
+        """Over a full window of episodes of each side, every target reached."""
+        return all(len(self.recent[side]) == self.recent[side].maxlen
+                   and self.score.reached(side, self.value(side), target)
+                   for side, target in self.targets.items() if target is not None)
+
+    def has_targets(self) -> bool:
+        return any(target is not None for target in self.targets.values())
 
     def metrics(self, run_s: float) -> dict:
-        return {f"score/{self.name}": self.value(), "score_episodes": self.episodes,
-                "time_share/score": self.monitor.spent_s / max(run_s, 1e-9)}
+        out = {f"score/{self.score.name}/{side}": self.value(side) for side in self.monitors}
+        out["score_episodes"] = min(self.episodes.values())
+        out["time_share/score"] = sum(m.spent_s for m in self.monitors.values()) \
+            / max(run_s, 1e-9)
+        return out
 
     def summary(self) -> dict:
-        score, side = self.monitor.score, self.monitor.side
-        return {"name": score.name, "side": side, "value": self.value(),
-                "episodes": self.episodes, "better": score.sides[side]}
+        return {"name": self.score.name,
+                "sides": {side: {"value": self.value(side), "episodes": self.episodes[side],
+                                 "target": self.targets[side],
+                                 "better": self.score.sides[side]}
+                          for side in self.monitors}}
 
     def state_dict(self) -> dict:
-        return {"recent": list(self.recent), "episodes": self.episodes,
-                "monitor": self.monitor.state_dict()}
+        return {"sides": {side: {"recent": list(self.recent[side]),
+                                 "episodes": self.episodes[side],
+                                 "monitor": monitor.state_dict()}
+                          for side, monitor in self.monitors.items()}}
 
     def load_state_dict(self, state: dict):
-        """A checkpoint's last episodes and the replicas where they were (a checkpoint of
-        run format 1 kept no replicas: they restart)."""
-        self.recent.extend(state["recent"])
-        self.episodes = state["episodes"]
-        if state["monitor"] is not None:
-            self.monitor.load_state_dict(state["monitor"])
+        """A checkpoint's last episodes of each side, and the replicas where they were (one
+        of run format 3 held its one side's under "": this run's one side; one of format 1
+        kept no replicas: they restart)."""
+        held = dict(state["sides"])
+        if "" in held and len(self.monitors) == 1:
+            held = {next(iter(self.monitors)): held.pop("")}
+        for side, monitor in self.monitors.items():
+            mine = held.get(side)
+            if mine is None:  # (a side the checkpoint never measured: it starts now)
+                continue
+            self.recent[side].extend(mine["recent"])
+            self.episodes[side] = mine["episodes"]
+            if mine["monitor"] is not None:
+                monitor.load_state_dict(mine["monitor"])
 
 
 class ScoreMonitor:
     """Evaluation replicas of the training env, their scored side acting trained."""
 
-    def __init__(self, config, env_class, models: dict, context, autocast):
+    def __init__(self, config, env_class, models: dict, context, autocast, side: str,
+                 index: int = 0):
+        """Side `side`, the `index`-th measured: its replicas' streams apart from every
+        other side's and rank's."""
         t, score = config.trainer, env_class.score
         self.score = score
+        offset = SEED_OFFSET + (index * context.world_size + context.rank) * t.score_envs
         self.env = env_class(num_envs=t.score_envs, backend=context.backend, seed=t.seed,
-                             config=config.env,
-                             env_offset=SEED_OFFSET + context.rank * t.score_envs)
-        self.side = score.side(self.env, t.score_policy)
+                             config=config.env, env_offset=offset)
+        self.side = score.side(self.env, side)
         self.tracker = score.tracker(self.env)
         self.opponents = opponents(env_class, self.env, self.side, t.score_opponents)
         self.actors = Actors(self.env, {self.side: models[self.side], **self.opponents})
@@ -109,30 +167,6 @@ class ScoreMonitor:
         self.count = torch.zeros((), dtype=torch.long, device=self.env.device)
         self.spent_s = 0.0
         self.obs = self.env.reset()
-
-    @classmethod
-    def build(cls, config, env_class, algorithm, context):
-        """A monitor where the env names a score and the run can measure it: a solo run
-        of an algorithm whose networks act (a population's members are judged by their
-        returns, `python -m gpusim.evaluate` scores each)."""
-        t = config.trainer
-        if env_class.score is None:
-            for key in ("score_policy", "score_opponents"):
-                if getattr(t, key) != getattr(type(t)(), key):
-                    raise GpusimError(f"config key 'trainer.{key}' sets up an env's score, and "
-                                      f"{config.env_name} names none (its score is the "
-                                      "training return)")
-            return None
-        if t.target_score is not None and (t.score_envs == 0 or t.population != 1):
-            why = "trainer.score_envs is 0" if t.score_envs == 0 else \
-                "a population's members are judged by their returns"
-            raise GpusimError(f"config key 'trainer.target_score' is measured on "
-                              f"{config.env_name}'s score, which this run never measures "
-                              f"({why}): drop the target or measure the score")
-        if t.score_envs == 0 or t.population != 1:
-            return None
-        return cls(config, env_class, algorithm.models(), context,
-                   algorithm.precision.autocast)
 
     @torch.no_grad()
     def advance(self):
@@ -192,6 +226,6 @@ def opponents(env_class, env, side: str, which: str) -> dict:
     missing = [name for name in others if not shipped.get(name)]
     if missing:
         raise GpusimError(f"config key 'trainer.score_opponents' scripted: {env.name} ships no "
-                          f"scripted {missing[0]} (trainer.score_policy {side} plays against "
-                          "it); use random")
+                          f"scripted {missing[0]} (the score's {side} plays against it); use "
+                          "random")
     return {name: next(iter(shipped[name].values()))(env, name) for name in others}

@@ -142,10 +142,12 @@ class RunLogger:
             f"{key.split('/', 1)[1]}=" + ("n/a" if value is None else f"{value:.2f}")
             for key, value in m.items() if key.startswith("episode_return/"))
         status = f"{self._rate:,.0f} steps/s | return {returns}"
-        for key, value in m.items():  # the env's score against fixed opponents (one at most)
-            if key.startswith("score/"):
-                shown = "n/a" if value is None else f"{value:.2f}"
-                status += f" | score {key[6:]}={shown} ({m['score_episodes']} episodes)"
+        scores = [(key.split("/")[1:], value) for key, value in m.items()
+                  if key.startswith("score/")]  # the env's score, each side measured
+        if scores:
+            shown = ", ".join(f"{side}=" + ("n/a" if value is None else f"{value:.2f}")
+                              for (_, side), value in scores)
+            status += f" | {scores[0][0][0]} {shown} ({m['score_episodes']} episodes)"
         if self._tty:
             if self._bar is None:
                 self._bar = tqdm(total=self.total, initial=it - 1, unit="it", file=sys.stderr,

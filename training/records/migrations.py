@@ -48,6 +48,35 @@ class Step:
     removed: tuple = ()        # "section.key"
     renamed: tuple = ()        # ("section.old", "section.new")
     checkpoint: object = None  # the checkpoint's change: a function of its state, in place
+    config: object = None      # a change of values no table above says: a function of the
+                               # saved config's data, in place, first; what it did, or ""
+
+
+def _sides_in_target_score(data: dict) -> str:
+    """Format 4 names the score's measured sides in `trainer.target_score` ({side: target}),
+    where `trainer.score_policy` named the one side measured before."""
+    trainer = data.get("trainer")
+    if not isinstance(trainer, dict) or "score_policy" not in trainer:
+        return ""
+    side, target = trainer["score_policy"], trainer.get("target_score")
+    if side is None and target is None:
+        return ""
+    if side is None:  # a number: an env's first side, or an env without a score's return
+        from gpusim.envs import env_class
+        score = getattr(env_class(data.get("env_name")), "score", None)
+        if score is None:
+            return ""
+        side = next(iter(score.sides))
+    trainer["target_score"] = {side: target}
+    return f"trainer.target_score={{{side}: {'null' if target is None else target}}}"
+
+
+def _score_by_side(state: dict):
+    """Format 4 keeps the score of each measured side, by its name; format 3 kept one side's,
+    nameless: it stays under "" (the run's one measured side, whichever it is)."""
+    score = state.get("score")
+    if isinstance(score, dict) and "sides" not in score:
+        state["score"] = {"sides": {"": score}}
 
 
 def _scores_kept_their_replicas(state: dict):
@@ -70,6 +99,8 @@ STEPS = (
          # run's score is now measured every iteration)
          checkpoint=_scores_kept_their_replicas),
     Step(to=3, since="0.2.0 (2026-12-07)"),  # the format and version recorded
+    Step(to=4, since="0.2.0 (2026-12-07)", removed=("trainer.score_policy",),
+         config=_sides_in_target_score, checkpoint=_score_by_side),
 )
 FORMAT = STEPS[-1].to
 RECORD_KEYS = ("format", "gpusim_version")  # in config.yaml and each checkpoint
@@ -115,6 +146,10 @@ def upgrade_config(data: dict, path) -> tuple[dict, int, list]:
     data = copy.deepcopy(data)
     filled, dropped, renamed = [], [], []
     for step in STEPS[fmt:]:
+        if step.config is not None:
+            changed = step.config(data)
+            if changed:
+                filled.append(changed)
         for old, new in step.renamed:
             (s, k), (s2, k2) = old.split(".", 1), new.split(".", 1)
             if isinstance(data.get(s), dict) and k in data[s]:

@@ -428,11 +428,21 @@ def test_time_to_score_objective_sizes_the_run_and_its_budget(tmp_path, capsys):
     assert config["trainer"]["num_envs"] == report["num_envs"]
     assert set(report["predicted_s"]) >= {32}
     assert "predicted" in out and "to the score" in out
-    # the budget keeps the recipe's iterations past the floor (training.replicas)
+    # every trial timed the recipe's first rollout of its episodes, from a reset
     from gpusim.envs import env_class
     from gpusim.training.config import load_run_config
     from gpusim.training.replicas import follow
     recipe = load_run_config("cartpole", env_class("cartpole"),
                              sets=["trainer.target_return=30"])
+    recipe_rollout = recipe.trainer.rollout_len
+    trials = report["trials"]["num_envs"]
+    for trial in trials:
+        rollout = follow(recipe, trial["value"]).config.trainer.rollout_len
+        assert trial["info"]["iterations"] == -(-recipe_rollout // rollout), trial
+        assert trial["info"]["windows"] >= 1, trial
+    start = recipe.trainer.num_envs
+    assert [t["value"] for t in trials][:2] == [start, start]  # the start twice: it ran cold
+    # the budget keeps the recipe's iterations past the floor (training.replicas)
+    # the budget keeps the recipe's iterations past the floor (training.replicas)
     assert config["trainer"]["total_steps"] == \
         follow(recipe, report["num_envs"]).config.trainer.total_steps

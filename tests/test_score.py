@@ -7,7 +7,7 @@ import torch
 
 import gpusim
 from gpusim.errors import GpusimError
-from gpusim.scale.search import quickest
+from gpusim.scale.search import doublings, quickest
 
 SMALL_TAG = ["--set", "env.num_taggers=2", "--set", "env.num_runners=4",
              "--set", "env.num_other_agents_observed=4", "--set", "env.episode_length=12",
@@ -239,17 +239,19 @@ def test_quickest_finds_the_bottom_of_the_u():
     def throughput(value):
         tried.append(value)
         return rates.get(value)
-    out = quickest(throughput, u_shaped(rates, 400), 16, 256)
-    assert out.pick == 32 and tried == [16, 8, 32, 64, 128]
+    out = quickest(throughput, u_shaped(rates, 400), 16, doublings(16, 256))
+    # 128 not tried: at 8000 x (8000 / 6000) env steps/s it would still lose to 32
+    assert out.pick == 32 and tried == [16, 8, 32, 64]
     assert min(out.times, key=out.times.get) == 32
+    assert "128 could not beat" in out.why
 
 
 def test_quickest_prefers_the_config_among_near_ties():
     rates = {8: 5000, 16: 9600, 32: 19000, 64: 20000}
-    out = quickest(rates.get, lambda v, r: 1e5 / r * (1 + v / 1e6), 16, 64)
+    out = quickest(rates.get, lambda v, r: 1e5 / r * (1 + v / 1e6), 16, doublings(16, 64))
     assert out.pick == 32  # 16 is 2x slower; 32 and 64 tie: the nearer
     flat = {8: 9000, 16: 9500, 32: 10000, 64: 10200}
-    assert quickest(flat.get, lambda v, r: 1e5 / r, 16, 64).pick == 16
+    assert quickest(flat.get, lambda v, r: 1e5 / r, 16, doublings(16, 64)).pick == 16
 
 
 def test_quickest_picks_steadily_under_trial_noise():
@@ -259,15 +261,36 @@ def test_quickest_picks_steadily_under_trial_noise():
     rng = random.Random(0)
     for _ in range(50):
         noisy = {v: r * (1 + rng.uniform(-0.03, 0.03)) for v, r in rates.items()}
-        picks.add(quickest(noisy.get, u_shaped(rates, 300), 16, 128).pick)
+        picks.add(quickest(noisy.get, u_shaped(rates, 300), 16, doublings(16, 128)).pick)
     assert len(picks) == 1
 
 
+def test_quickest_tries_the_measured_sizes_only_and_skips_hopeless_ones():
+    """E measured at 1x, 4x and 16x of 16 replicas, throughput flat (a 2-core CPU):
+    64 wins on E alone, and 256, whose E is 64's, is never run."""
+    e = {16: 656e3, 64: 512e3, 256: 512e3}
+    tried = []
+
+    def throughput(value):
+        tried.append(value)
+        return 2000.0
+    out = quickest(throughput, lambda v, r: e[v] / r, 16, [16, 64, 256])
+    assert out.pick == 64 and tried == [16, 64]
+    assert "256 could not beat" in out.why
+    with pytest.raises(GpusimError, match="not among the sizes"):
+        quickest(throughput, lambda v, r: 1.0, 32, [16, 64])
+
+
+def test_doublings():
+    assert doublings(16, 64) == [1, 2, 4, 8, 16, 32, 64]
+    assert doublings(16, 64, lowest=4) == [4, 8, 16, 32, 64]
+    assert doublings(12, 50, lowest=3) == [3, 6, 12, 24, 48]
+
+
 def test_quickest_edge_cases():
-    assert quickest(lambda v: None, lambda v, r: 1.0, 4, 8).pick == 0
-    with pytest.raises(GpusimError, match="search start"):
-        quickest(lambda v: 1.0, lambda v, r: 1.0, 9, 8)
-    out = quickest(lambda v: 100.0 * v if v <= 8 else None, lambda v, r: 1e3 / r, 4, 64)
+    assert quickest(lambda v: None, lambda v, r: 1.0, 4, doublings(4, 8)).pick == 0
+    out = quickest(lambda v: 100.0 * v if v <= 8 else None, lambda v, r: 1e3 / r, 4,
+                   doublings(4, 64))
     assert out.pick == 8 and out.times[16] is None  # a size that did not fit ends the climb
 
 
@@ -306,9 +329,14 @@ def test_quickest_measures_the_start_and_the_near_ones_again():
     def again(value):
         calls.append(value)
         return second[value]
-    out = quickest(first.get, lambda v, r: 1e5 / r, 16, 64, again=again)
-    assert calls == [8, 16]  # the quickest and the start, once each
-    assert out.rates[16] == 1600 and out.pick == 16
+    out = quickest(first.get, lambda v, r: 1e5 / r, 16, doublings(16, 64), again=again)
+    assert calls == [16]  # the start at once: then 8 is no quicker, and 4 is not tried
+    assert out.rates[16] == 1600 and out.pick == 16 and 4 not in out.rates
+    calls.clear()
+    second[8] = 1900  # 8 is the quickest, and measured twice
+    out = quickest({16: 1000, 8: 1800, 4: 1100}.get, lambda v, r: 1e5 / r, 16,
+                   doublings(16, 64), again=again)
+    assert calls == [16, 8] and out.rates[8] == 1900 and out.pick == 8
 
 
 # ---- the score's pace: counted, so a seed gives one run ---------------------------------

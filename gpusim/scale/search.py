@@ -254,14 +254,15 @@ class Searcher:
         return fastest(self._throughput, self.cap, saturation, start, self.time_limit_s,
                        growth, self.largest_fitting, resolution)
 
-    def run_quickest(self, predicted_s, start: int, slack: float, lowest: int = 1) -> Quickest:
-        """The value of least predicted time to a score (the time_to_score objective),
-        within the memory the trials so far were measured to take."""
+    def run_quickest(self, predicted_s, start: int, sizes, slack: float) -> Quickest:
+        """The value of least predicted time to a score among `sizes` (the time_to_score
+        objective), within the memory the trials so far were measured to take."""
         def again(value):
             trial = self.measure(value)
             return trial.info.get("env_steps_per_s") if trial.ok else None
-        return quickest(self._throughput, predicted_s, start, self.cap, slack, 2, lowest,
-                        self.time_limit_s, self.largest_fitting, again)
+        return quickest(self._throughput, predicted_s, start,
+                        [v for v in sizes if v <= self.cap], slack, self.time_limit_s,
+                        self.largest_fitting, again)
 
     def _throughput(self, value: int) -> float | None:
         trial = self.trial(value) or self.measure(value)  # a trial given in advance counts
@@ -271,8 +272,7 @@ class Searcher:
         """The largest value whose peak memory, extrapolated from the passing trials, stays
         within the limit: linear through the two largest (through zero from one), so a
         first trial's fixed costs make the bound cautious until a second one is measured."""
-        passed = sorted((t.value, t.peak_bytes) for t in self.trials
-                        if t.ok and t.peak_bytes is not None)
+        passed = self._peaks()
         if not passed:
             return self.cap
         v1, p1 = passed[-1]
@@ -284,9 +284,18 @@ class Searcher:
         """The trial of `value`, if it ran."""
         return next((t for t in self.trials if t.value == value), None)
 
+    def _peaks(self) -> list:
+        """(value, peak bytes) of each passing value, increasing (a value measured twice:
+        its larger peak)."""
+        peaks = {}
+        for t in self.trials:
+            if t.ok and t.peak_bytes is not None:
+                peaks[t.value] = max(t.peak_bytes, peaks.get(t.value, 0))
+        return sorted(peaks.items())
+
     def _predicted(self, value: int) -> int | None:
         """Peak bytes at `value`, extrapolated from the two largest passing trials."""
-        passed = sorted((t.value, t.peak_bytes) for t in self.trials if t.ok)
+        passed = self._peaks()
         if len(passed) < 2 or passed[-1][0] >= value:
             return None
         (v0, p0), (v1, p1) = passed[-2:]
@@ -339,60 +348,90 @@ class Quickest:
     why: str
 
 
-def quickest(throughput, predicted_s, start: int, cap: int, slack: float = 0.1,
-             growth: int = 2, lowest: int = 1, time_limit_s: float | None = None,
-             bound=None, again=None) -> Quickest:
+def doublings(start: int, cap: int, lowest: int = 1, growth: int = 2) -> list:
+    """The values `start` x and / `growth`^i within `lowest`..`cap`, in increasing order."""
+    values, value = [], start
+    while value // growth >= lowest:
+        value //= growth
+        values.append(value)
+    values, value = values[::-1] + [start], start
+    while value * growth <= cap:
+        value *= growth
+        values.append(value)
+    return values
+
+
+def quickest(throughput, predicted_s, start: int, sizes, slack: float = 0.1,
+             time_limit_s: float | None = None, bound=None, again=None) -> Quickest:
     """The value with the least predicted time to a score, steadily.
 
     `throughput(value) -> float | None` measures; `predicted_s(value, rate)` turns a
-    throughput into the predicted time. From `start` it steps down by `growth` (to
-    `lowest`) while the time falls, then up (to `cap`, within `bound()`) while the
-    time stays within `1 + slack` of the least so far: the time is U-shaped in the
-    value (throughput saturates; the env steps a score needs grow with the batch).
+    throughput into the predicted time; `sizes` are the values worth trying, `start`
+    among them. From `start` it steps down `sizes` while the time falls, then up (within
+    `bound()`) while the time stays within `1 + slack` of the least so far: the time is
+    U-shaped in the value (throughput saturates; the env steps a score needs grow with
+    the batch). A step up is not measured where even an optimistic throughput could not
+    beat the least time by `slack`: the throughput's growth over the last step up,
+    continued (throughput saturates, so its gain per doubling only shrinks).
     The pick is, of the values within `1 + slack` of the least time, the one nearest
     `start` (on a log scale; the smaller on a tie): values whose predictions differ
     by less than a trial's noise are not worth leaving the config for, and the same
     machine then picks the same value run after run. `again(value)`, where given,
-    measures a value once more: `start` (the first trial of a process runs cold) and
-    the quickest are measured twice, keeping the faster (another process on the
-    machine only ever slows a trial down).
+    measures a value once more: `start` (at once: the first trial of a process runs
+    cold) and the quickest are measured twice, keeping the faster (another process on
+    the machine only ever slows a trial down).
     """
-    if not 1 <= start <= cap:
-        raise GpusimError(f"search start must lie in 1..{cap}, got {start}")
+    sizes = sorted(set(sizes))
+    if start not in sizes:
+        raise GpusimError(f"search start {start} is not among the sizes to try {sizes}")
     clock = _Clock(time_limit_s)
     rates, times = {}, {}
+    why_up = None
 
     def time_of(value):
         rates[value] = throughput(value)
         times[value] = None if rates[value] is None else predicted_s(value, rates[value])
         return times[value]
 
+    def least():
+        return min(t for t in times.values() if t is not None)
+
+    def remeasure(value):
+        rate = again(value)
+        if rate is not None and rates[value] is not None and rate > rates[value]:
+            rates[value], times[value] = rate, predicted_s(value, rate)
+
     if time_of(start) is None:
         return Quickest(0, rates, times, f"the start, {start}, did not fit")
-    value = start
-    while value // growth >= lowest and not clock.out_of_time():
-        below = time_of(value // growth)
-        if below is None or below >= times[value]:
+    if again is not None:  # the first trial of a process runs cold: the start once more,
+        remeasure(start)   # before the steps from it are judged against it
+    here = sizes.index(start)
+    for below in reversed(sizes[:here]):
+        if clock.out_of_time():
             break
-        value //= growth
-    value = start
-    while not clock.out_of_time():
-        top = min(cap, bound() if bound is not None else cap)
-        if value * growth > top:
+        time_below = time_of(below)
+        if time_below is None or time_below >= least():
             break
-        value *= growth
-        above = time_of(value)
-        if above is None or above > (1 + slack) * min(t for t in times.values() if t):
+    climbed = [start]
+    for above in sizes[here + 1:]:
+        if clock.out_of_time() or above > (bound() if bound is not None else above):
             break
-    if again is not None:
-        quickest_value = min((v for v, t in times.items() if t is not None), key=times.get)
-        for value in sorted({start, quickest_value}):
-            if clock.out_of_time():
+        if len(climbed) > 1:
+            v0, v1 = climbed[-2:]
+            gain = max(1.0, rates[v1] / rates[v0]) ** (math.log(above / v1) / math.log(v1 / v0))
+            best_case = predicted_s(above, rates[v1] * gain)
+            if best_case is None or best_case * (1 + slack) >= least():
+                why_up = (f"{above} could not beat {least():,.1f} s by {slack:.0%} even at "
+                          f"{gain:.2f}x the throughput of {v1}")
                 break
-            rate = again(value)
-            if rate is not None and rates[value] is not None and rate > rates[value]:
-                rates[value], times[value] = rate, predicted_s(value, rate)
-    best = min(t for t in times.values() if t is not None)
+        time_above = time_of(above)
+        if time_above is None or time_above > (1 + slack) * least():
+            break
+        climbed.append(above)
+    quickest_value = min((v for v, t in times.items() if t is not None), key=times.get)
+    if again is not None and quickest_value != start and not clock.out_of_time():
+        remeasure(quickest_value)
+    best = least()
     near = [v for v, t in times.items() if t is not None and t <= (1 + slack) * best]
     pick = min(near, key=lambda v: (abs(math.log(v / start)), v))
     fastest_value = min(near, key=lambda v: times[v])
@@ -404,4 +443,6 @@ def quickest(throughput, predicted_s, start: int, cap: int, slack: float = 0.1,
     else:
         why = (f"{pick} predicts the least time ({best:,.1f} s); no value nearer the "
                f"config's {start} comes within {slack:.0%} of it")
+    if why_up is not None:
+        why += f"; {why_up}"
     return Quickest(pick, rates, times, why)

@@ -16,15 +16,20 @@ minibatches (what a gradient step would see at the recipe's pace),
 anchored at the recipe's budget; B_noise is `scale.noise_scale`, or measured in a short
 trial at initialisation (smaller than later in a run), and the search says which.
 
-The search (gpusim.scale.search.quickest) measures from the recipe's num_envs down and up
-by doublings while the prediction improves, and picks, among the sizes predicted within
-`scale.slack` of the quickest, the one nearest the recipe: steady from run to run.
+The sizes tried are those E was measured at (the recipe's num_envs x each k of its
+table), or, with the noise-scale model, doublings. The search (gpusim.scale.search.quickest)
+measures from the recipe's num_envs down and up while the prediction improves, and picks,
+among the sizes predicted within `scale.slack` of the quickest, the one nearest the
+recipe: steady from run to run. Every trial times the same steps of its episodes (the
+first rollout of the recipe's, from a reset: training.autoscale.trials), so sizes whose
+rollouts the replica rule shortened are compared like for like.
 """
 from __future__ import annotations
 
 from dataclasses import replace
 
 from gpusim.errors import GpusimError
+from gpusim.scale.search import doublings
 
 from .. import env_steps
 from ..loop import Trainer
@@ -68,13 +73,15 @@ def measured_noise_scale(config, env_class, context) -> float:
 
 
 def steps_needed(auto):
-    """(E as a function of a resized config, where it comes from), said once."""
+    """(E as a function of a resized config, where it comes from, the replica counts it
+    was measured at or None), said once."""
     config, scale = auto.config, auto.config.scale
     table = env_steps.table_for(config)
     if table is not None:
         auto.say(f"env steps to the score at k x the replicas: measured, {table.source}")
         n0 = config.trainer.num_envs
-        return (lambda resized: table.at(resized.trainer.num_envs / n0)), table.source
+        measured = [round(n0 * k) for k, e in table.rows if e is not None and n0 * k >= 1]
+        return (lambda resized: table.at(resized.trainer.num_envs / n0)), table.source, measured
     if not hasattr(config.algo, "noise_scale_every"):
         raise GpusimError(f"scale.objective time_to_score sizes PPO and A2C runs; use "
                           f"throughput for {config.trainer.algorithm}")
@@ -88,13 +95,13 @@ def steps_needed(auto):
     auto.say(f"no measured env steps for this recipe (training.env_steps): they are "
              f"modelled from the gradient noise scale, {noise:,.0f} env steps per gradient "
              f"step, {source}")
-    return noise_model(config, config, noise), f"noise scale {noise:,.0f}, {source}"
+    return noise_model(config, config, noise), f"noise scale {noise:,.0f}, {source}", None
 
 
 def to_score(auto) -> object:
     """The config sized for the least predicted time to the score (an AutoScale `auto`)."""
     config, scale, t = auto.config, auto.config.scale, auto.config.trainer
-    steps, source = steps_needed(auto)
+    steps, source, measured = steps_needed(auto)
 
     def predicted_s(num_envs, rate):
         needed = steps(auto.sized(num_envs))
@@ -107,14 +114,19 @@ def to_score(auto) -> object:
                  f"predicted {seconds:,.1f} s")
         return seconds
 
-    auto.say(f"search: num_envs from {t.num_envs}, down and up by doublings while the "
-             f"predicted time to the score improves (ties within {scale.slack:.0%}: the "
-             "nearest the config)")
-    searcher = auto.searcher("num_envs", training_trial(
-        auto.sized, auto.env_class, auto.context, scale.trial_seconds, same_iterations=True),
-        scale.max_num_envs)
     lowest = max(1, -(-getattr(config.algo, "num_minibatches", 1) // t.rollout_len))
-    outcome = searcher.run_quickest(predicted_s, t.num_envs, scale.slack, lowest)
+    if measured is None:
+        sizes = doublings(t.num_envs, scale.max_num_envs, lowest)
+    else:
+        sizes = sorted({n for n in measured if lowest <= n <= scale.max_num_envs} | {t.num_envs})
+    auto.say(f"search: num_envs among {', '.join(map(str, sizes))}, from {t.num_envs} down and "
+             f"up while the predicted time to the score improves (ties within "
+             f"{scale.slack:.0%}: the nearest the config); each trial times the first "
+             f"{t.rollout_len} steps of its episodes")
+    searcher = auto.searcher("num_envs", training_trial(
+        auto.sized, auto.env_class, auto.context, scale.trial_seconds,
+        episode_steps=t.rollout_len), scale.max_num_envs)
+    outcome = searcher.run_quickest(predicted_s, t.num_envs, sizes, scale.slack)
     auto.say(f"search stopped: {outcome.why}")
     num_envs = auto.agree("num_envs", outcome.pick)
     if num_envs == 0:

@@ -1,5 +1,5 @@
 """Trained gpusim policies in other clients: the examples of docs/interop.md ("Loading a
-trained policy") and of the README's Use section, run as they are written.
+trained policy") and of Getting started's "Use a trained policy", run as they are written.
 
 The default suite runs them on tiny runs (a few episodes). The slow tests train a
 cartpole and a simple_spread policy briefly and check that gymnasium's CartPole-v1 and
@@ -14,14 +14,14 @@ import pytest
 import torch
 
 from gpusim import train
-from gpusim.training.trained import evaluate
+from gpusim.training.trained import evaluation
 
 pytest.importorskip("gymnasium")
 pytest.importorskip("mpe2")
 
 ROOT = Path(__file__).resolve().parents[1]
 INTEROP = (ROOT / "docs" / "interop.md").read_text()
-README = (ROOT / "README.md").read_text()
+GETTING_STARTED = (ROOT / "docs" / "getting-started.md").read_text()
 CARTPOLE = ["--env", "cartpole", "--backend", "cpu", "--quiet"]
 SPREAD = ["--env", "simple_spread", "--backend", "cpu", "--quiet",
           "--set", "env.continuous_actions=true"]
@@ -71,15 +71,15 @@ def test_the_docs_examples_run(tiny_runs):
 
 @pytest.mark.parametrize("client, run", [("import gymnasium", "cartpole"),
                                          ("from mpe2", "simple_spread")])
-def test_the_readme_examples_run(tiny_runs, client, run):
-    """The Use section's loops, each under ten lines, on a tiny run of their env."""
-    code = python_block(README, client)
+def test_the_getting_started_examples_run(tiny_runs, client, run):
+    """Getting started's loops of a trained policy, each under ten lines, on a tiny run of their env."""
+    code = python_block(GETTING_STARTED, client)
     assert len([line for line in code.splitlines() if line.strip()]) < 10
     code, count = re.subn(r'load_policies\("[^"]+"\)', f'load_policies({str(tiny_runs[run])!r})',
                           code)
     assert count == 1
     namespace = {}
-    exec(compile(code, "README.md", "exec"), namespace)
+    exec(compile(code, "docs/getting-started.md", "exec"), namespace)
     if run == "cartpole":
         assert namespace["terminated"] or namespace["truncated"]
     else:
@@ -87,7 +87,7 @@ def test_the_readme_examples_run(tiny_runs, client, run):
 
 
 def gpusim_returns(run_dir, episodes):
-    results = evaluate.evaluate(run_dir, episodes, deterministic=True, trained_only=True,
+    results = evaluation.evaluate(run_dir, episodes, deterministic=True, trained_only=True,
                                 log=lambda *args: None)
     (figures,) = results.values()
     return figures["return/agent"]["mean"], figures["return/agent"]["ci95"]

@@ -1,8 +1,12 @@
-"""What every benchmark prints first: the machine it ran on."""
+"""What the benchmarks share: the repository's root, and the machine every benchmark prints
+first."""
 from __future__ import annotations
 
 import os
 import platform
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]  # the repository: benchmarks run from here
 
 
 def machine() -> str:

@@ -1,10 +1,10 @@
 """`python -m gpusim.evaluate RUN_DIR`: trained and random policies, paired.
 
-Its body is `gpusim.training.trained.evaluate`.
+Its body is `gpusim.training.trained.evaluation`.
 """
 import sys
 
-from gpusim.training.trained.evaluate import main
+from gpusim.training.trained.evaluation import main
 
 if __name__ == "__main__":
     sys.exit(main())

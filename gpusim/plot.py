@@ -1,7 +1,10 @@
-"""`python -m gpusim.plot RUN_DIR`: learning curves (its body is `gpusim.training.trained.plot`)."""
+"""`python -m gpusim.plot RUN_DIR`: learning curves.
+
+Its body is `gpusim.training.trained.learning_curves`.
+"""
 import sys
 
-from gpusim.training.trained.plot import main
+from gpusim.training.trained.learning_curves import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,10 +1,10 @@
 """`python -m gpusim.render RUN_DIR_OR_ENV --out episode.gif`: watch episodes.
 
-Its body is `gpusim.training.trained.render`.
+Its body is `gpusim.training.trained.animation`.
 """
 import sys
 
-from gpusim.training.trained.render import main
+from gpusim.training.trained.animation import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -17,7 +17,7 @@ target: `{tagger: 200, runner: 334}` stops a run once both hold.
 
 `tracker(env)` builds an object whose `after_step(done)` returns, per replica, the value
 of the episode that ended with this step (entries where `done` is False are ignored),
-with no host read: training.score keeps the last episodes' values on the device.
+with no host read: training.score_monitor keeps the last episodes' values on the device.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""`python -m gpusim.train`: the training CLI (its body is `gpusim.training.cli`)."""
+"""`python -m gpusim.train`: the training CLI (its body is `gpusim.training.train_cli`)."""
 import sys
 
-from gpusim.training.cli import main
+from gpusim.training.train_cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -4,10 +4,10 @@ import math
 import pytest
 import yaml
 
+from gpusim import sizes
 from gpusim.backends import get_backend
 from gpusim.errors import GpusimError
-from gpusim import sizes
-from gpusim.scale.search import Searcher, fastest, largest_passing
+from gpusim.scale.size_search import Searcher, fastest, largest_passing
 from gpusim.sizes import parse_size
 
 
@@ -129,7 +129,7 @@ def test_fastest_edge_cases():
 
 
 def test_searcher_bounds_the_next_size_by_the_memory_measured():
-    from gpusim.scale.search import Trial
+    from gpusim.scale.size_search import Trial
     searcher = Searcher("n", None, FakeBackend(), limit_bytes=1000, cap=10**6,
                         log=lambda *a: None)
     assert searcher.largest_fitting() == 10**6  # nothing measured: no bound yet
@@ -254,7 +254,7 @@ def test_memory_objective_picks_fit_and_next_step_up_does_not(tmp_path, capsys):
     assert report["search_s"] > 0 and report["final_env_steps_per_s"] > 0
 
     # Rerunning with the saved config reproduces the sizes without searching.
-    from gpusim.training.config import load_run_dir_config
+    from gpusim.training.run_config import load_run_dir_config
     (run_dir,) = tmp_path.iterdir()
     _, rerun = load_run_dir_config(run_dir)
     assert (rerun.trainer.num_envs, rerun.trainer.rollout_len) == (num_envs, rollout_len)
@@ -346,7 +346,7 @@ def test_auto_scale_with_two_processes_agrees_on_the_picks(tmp_path):
 
 def tiny_tag(**overrides):
     from gpusim.envs import env_class
-    from gpusim.training.config import load_run_config
+    from gpusim.training.run_config import load_run_config
     cls = env_class("tag_continuous")
     return cls, load_run_config("tag_continuous", cls, overrides={
         "trainer.backend": "cpu", "trainer.num_envs": 4, "trainer.rollout_len": 8,
@@ -359,7 +359,7 @@ def tiny_tag(**overrides):
 def searched_tiny_tag(**overrides) -> tuple:
     """(the config AutoScale picks for tiny_tag(**overrides) on the CPU, its log lines)."""
     from gpusim.scale.device import DeviceContext
-    from gpusim.training.autoscale.search import AutoScale
+    from gpusim.training.autoscale.auto_scale import AutoScale
     cls, config = tiny_tag(**overrides)
     context = DeviceContext()
     context.bind("cpu", quiet=True)
@@ -430,7 +430,7 @@ def test_time_to_score_objective_sizes_the_run_and_its_budget(tmp_path, capsys):
     assert "predicted" in out and "to the score" in out
     # every trial timed the recipe's first rollout of its episodes, from a reset
     from gpusim.envs import env_class
-    from gpusim.training.config import load_run_config
+    from gpusim.training.run_config import load_run_config
     from gpusim.training.replicas import follow
     recipe = load_run_config("cartpole", env_class("cartpole"),
                              sets=["trainer.target_return=30"])

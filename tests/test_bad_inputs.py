@@ -33,9 +33,9 @@ from gpusim import doctor, train
 from gpusim.config import load_yaml
 from gpusim.errors import GpusimError
 from gpusim.training.records import checkpoint
-from gpusim.training.trained import evaluate, export, plot, render
-from gpusim.training.config import load_run_config
 from gpusim.training.records.logger import lock_run_dir
+from gpusim.training.run_config import load_run_config
+from gpusim.training.trained import animation, evaluation, learning_curves, network_export
 
 ROOT = Path(__file__).resolve().parents[1]
 CARTPOLE = ["--env", "cartpole", "--backend", "cpu"]
@@ -343,8 +343,8 @@ TOOL_ROWS = [
      "--out {files}/a_file is a file: name a folder"),
     ("export without a run", "export", [], 2, "the following arguments are required: run_dir"),
 ]
-TOOLS = {"train": train.main, "evaluate": evaluate.main, "render": render.main, "plot": plot.main,
-         "doctor": doctor.main, "export": export.main}
+TOOLS = {"train": train.main, "evaluate": evaluation.main, "render": animation.main,
+         "plot": learning_curves.main, "doctor": doctor.main, "export": network_export.main}
 
 
 def damaged_runs(files: Path):
@@ -708,7 +708,7 @@ class _OnCpu:
 def test_out_of_memory_names_the_population_where_there_is_one(members):
     """Out of memory while training (cli.too_large): one line, naming trainer.population
     first among what to lower where the run is a population."""
-    from gpusim.training.cli import too_large
+    from gpusim.training.train_cli import too_large
     _, config = population_config(members)
     line = str(too_large(config, _OnCpu, MemoryError("out of memory")))
     assert "\n" not in line and "trainer.num_envs" in line

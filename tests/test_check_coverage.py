@@ -118,7 +118,7 @@ def test_env_nonfinite_message_blames_the_env_only_when_its_outputs_are_not_fini
 
 # ---- per-episode measures -------------------------------------------------------------------
 def test_step_sums_are_an_envs_measures_in_evaluation():
-    from gpusim.training.trained.evaluate import play
+    from gpusim.training.trained.evaluation import play
     env = pursuit(OK, num_envs=4, catch_radius=0.3)
     played = play(env, {}, num_episodes=8)
     assert set(played) == {"return/chaser", "return/runner", "runners_caught"}
@@ -136,7 +136,7 @@ def test_step_sums_refuse_a_measure_of_the_wrong_shape():
 
 def test_evaluate_prints_a_custom_envs_measures(tmp_path, capsys):
     from gpusim import train
-    from gpusim.training.trained import evaluate as evaluation
+    from gpusim.training.trained import evaluation
     results = tmp_path / "runs"
     assert train.main(["--env", "planted_env:Pursuit", "--backend", "cpu", "--num_envs", "4",
                        "--rollout_len", "8", "--total_steps", "32", "--quiet",

@@ -20,7 +20,7 @@ from numba import cuda
 import gpusim
 from gpusim.check import check_env, check_kernel_races
 from gpusim.check.races import RaceWatch, races
-from gpusim.check.rollout import record_rollout
+from gpusim.check.rollout_facts import record_rollout
 from planted_env import (GLOBAL_WRITE, OK, OTHER_REPLICA, OTHERS_ROW, READ_PAST_END,
                          READ_WHILE_WRITTEN, SHARED_WRITE, catch, move, pursuit, tally)
 

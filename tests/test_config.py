@@ -7,9 +7,9 @@ from gpusim.config import from_dict, load_yaml
 from gpusim.envs import builtin_names, env_class
 from gpusim.envs.tag_continuous.config import TagContinuousConfig
 from gpusim.errors import ConfigError
-from gpusim.scale.config import ScaleConfig
+from gpusim.scale.scale_config import ScaleConfig
 from gpusim.training.algorithms import ALGORITHMS
-from gpusim.training.config import PolicyConfig, TrainerConfig, recipe_path
+from gpusim.training.run_config import PolicyConfig, TrainerConfig, recipe_path
 
 
 def test_env_defaults_are_the_dataclass_defaults():
@@ -18,7 +18,7 @@ def test_env_defaults_are_the_dataclass_defaults():
 
 def test_help_lists_every_config_key_with_its_default_and_description(capsys):
     from gpusim.config import field_help
-    from gpusim.training.cli import parse_args
+    from gpusim.training.train_cli import parse_args
     with pytest.raises(SystemExit):
         parse_args(["--help"])
     text = capsys.readouterr().out

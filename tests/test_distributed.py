@@ -22,7 +22,7 @@ from gpusim.envs.cartpole.env import CartPole
 from gpusim.errors import BackendError, ConfigError, GpusimError
 from gpusim.kernels import KernelSpec, agent_phase
 from gpusim.scale import distributed, messenger
-from gpusim.scale.config import ONE_WEEK_S, ScaleConfig
+from gpusim.scale.scale_config import ONE_WEEK_S, ScaleConfig
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -49,7 +49,7 @@ def free_port() -> int:
 def ddp_worker(out_dir):
     """One rank: train a few iterations, then save what the test compares."""
     from gpusim.scale.device import DeviceContext
-    from gpusim.training.config import load_run_config
+    from gpusim.training.run_config import load_run_config
     from gpusim.training.loop import Trainer
     context = DeviceContext.from_environment()
     context.bind("cpu", quiet=True)
@@ -451,7 +451,7 @@ def league_worker(out_dir):
     """One rank of a league run: its pools and league statistics, saved after training."""
     from gpusim.envs import env_class
     from gpusim.scale.device import DeviceContext
-    from gpusim.training.config import load_run_config
+    from gpusim.training.run_config import load_run_config
     from gpusim.training.loop import Trainer
     context = DeviceContext.from_environment()
     context.bind("cpu", quiet=True)

@@ -65,9 +65,9 @@ def test_bad_arguments_are_refused():
     assert run.stderr.splitlines() == ["error: unrecognized arguments: --bogus (see --help)"]
 
 
-@pytest.mark.parametrize("tool, argv", [("gpusim.training.trained.evaluate", ["run"]),
-                                        ("gpusim.training.trained.render", ["cartpole"]),
-                                        ("gpusim.training.trained.plot", ["run"])])
+@pytest.mark.parametrize("tool, argv", [("gpusim.training.trained.evaluation", ["run"]),
+                                        ("gpusim.training.trained.animation", ["cartpole"]),
+                                        ("gpusim.training.trained.learning_curves", ["run"])])
 def test_the_other_tools_refuse_a_misspelt_flag_alike(tool, argv, capsys):
     main = __import__(tool, fromlist=["main"]).main
     with pytest.raises(SystemExit) as exit:

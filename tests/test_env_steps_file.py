@@ -47,7 +47,7 @@ def test_a_settings_key_the_config_refuses_names_the_table(tmp_path, monkeypatch
     """Through the search's own reader: a table's unknown setting is its file's line."""
     from gpusim.envs import env_class
     from gpusim.training import env_steps
-    from gpusim.training.config import load_run_config
+    from gpusim.training.run_config import load_run_config
     path = written(tmp_path, {"tables": [{"settings": {"trainer.lrr": 1}, "rows": [ROW]}]})
     cls = env_class("cartpole")
     monkeypatch.setattr(env_steps.inspect, "getfile", lambda _: str(tmp_path / "env.py"))

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import gpusim
-from gpusim.training.trained import export
+from gpusim.training.trained import network_export
 from trained_runs import TrainedRuns
 
 KINDS = ["ppo", "lstm", "masked", "gaussian", "gru_gaussian", "sac", "mixed"]
@@ -32,8 +32,8 @@ def inputs_of(policy, batch: int, seed: int) -> dict:
 def round_trip(run_dir, out, fmt, run_file):
     """For every policy, three steps of a batch of 7 (the export traced 2): the file's
     actions (and states) against `act`'s."""
-    assert [p.name for p in export.export(run_dir, fmt, out)] == [
-        f"{name}{export.FORMATS[fmt]}" for name in gpusim.load_policies(run_dir)]
+    assert [p.name for p in network_export.export(run_dir, fmt, out)] == [
+        f"{name}{network_export.FORMATS[fmt]}" for name in gpusim.load_policies(run_dir)]
     manifest = json.loads((out / "policies.json").read_text())["policies"]
     for name, policy in gpusim.load_policies(run_dir).items():
         assert list(manifest[name]["inputs"]) == ["obs"] + ["state"] * policy.recurrent \
@@ -80,18 +80,18 @@ def test_the_cli_writes_the_chosen_policies_quietly(runs, tmp_path, capsys):
     run_dir = runs.get("masked")
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no library warning reaches the user
-        assert export.main([str(run_dir), "--format", "torchscript", "--policy", "runner",
+        assert network_export.main([str(run_dir), "--format", "torchscript", "--policy", "runner",
                             "--out", str(tmp_path / "out")]) == 0
     printed = capsys.readouterr()
     assert printed.err == "" and printed.out.strip() == str(tmp_path / "out" / "runner.pt")
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["policies.json",
                                                                     "runner.pt"]
-    assert export.main([str(run_dir)]) == 0  # default: onnx into RUN_DIR/export
+    assert network_export.main([str(run_dir)]) == 0  # default: onnx into RUN_DIR/export
     assert (run_dir / "export" / "tagger.onnx").is_file()
 
 
 def test_onnx_without_the_onnx_package_is_one_line(runs, tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(__import__("sys").modules, "onnx", None)
-    assert export.main([str(runs.get("ppo")), "--out", str(tmp_path)]) == 2
+    assert network_export.main([str(runs.get("ppo")), "--out", str(tmp_path)]) == 2
     assert capsys.readouterr().err == ("error: exporting ONNX needs the onnx package: "
                                        "pip install 'gpusim[export]'\n")

@@ -8,8 +8,8 @@ import torch
 
 from gpusim.envs import env_class
 from gpusim.training import losses, models
-from gpusim.training.config import load_run_config
 from gpusim.training.loop import Trainer
+from gpusim.training.run_config import load_run_config
 
 
 def trainer_for(name, **trainer):

@@ -90,7 +90,7 @@ def test_block_size_limit_on_gpu():
 # ---- CUDA graphs (training.speed.graphs): the rollout and the update replayed ------------------
 def graph_trainer(env, graphs, backend="numba", **overrides):
     from gpusim.envs import env_class
-    from gpusim.training.config import load_run_config
+    from gpusim.training.run_config import load_run_config
     from gpusim.training.loop import Trainer
     cls = env_class(env)
     config = load_run_config(env, cls, overrides={

@@ -1,4 +1,4 @@
-"""benchmarks/gpu_proof.py --dry-run: how CI checks the GPU proof without a GPU. Every step
+"""python -m benchmarks.release.gpu_proof --dry-run: how CI checks the GPU proof without a GPU. Every step
 exists and parses its arguments (training commands resolve their configs, scripts know their
 flags, pytest collects the gpu tests, the env steps run tiny on the simulator)."""
 import json
@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+MODULE = "benchmarks.release.gpu_proof"
 
 
 @pytest.mark.slow
 def test_dry_run_checks_every_step(tmp_path):
-    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_proof.py"), "--dry-run",
-                          "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    run = subprocess.run([sys.executable, "-m", MODULE, "--dry-run", "--out", str(tmp_path)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
     proof = json.loads((tmp_path / "proof.json").read_text())
     assert proof["dry_run"] and len(proof["results"]) == len(proof["steps"]) >= 10
@@ -28,14 +29,13 @@ def test_dry_run_checks_every_step(tmp_path):
 
 
 def test_a_broken_step_fails_the_dry_run(monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     monkeypatch.chdir(ROOT)  # run_step works from the repository root
-    import gpu_proof
+    from benchmarks.release import gpu_proof
     from gpusim.errors import GpusimError
     with pytest.raises(GpusimError, match="unknown env 'no_such_env'"):
         gpu_proof.run_step(gpu_proof.Step("bad", "train", ["--env", "no_such_env"]), dry=True)
     with pytest.raises(SystemExit, match="does not take --no_such_flag"):
-        gpu_proof.run_step(gpu_proof.Step("bad", "script", ["train_throughput.py",
+        gpu_proof.run_step(gpu_proof.Step("bad", "script", [gpu_proof.TRAIN_THROUGHPUT,
                                                             "--no_such_flag"]), dry=True)
 
 
@@ -43,6 +43,6 @@ def test_without_a_gpu_the_real_run_is_refused(tmp_path):
     import torch
     if torch.cuda.is_available():
         pytest.skip("a CUDA GPU is here: gpu_proof would run for real")
-    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_proof.py"), "--out",
-                          str(tmp_path)], capture_output=True, text=True, timeout=120)
+    run = subprocess.run([sys.executable, "-m", MODULE, "--out", str(tmp_path)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and run.stderr.startswith("error: gpu_proof needs a CUDA GPU")

@@ -11,10 +11,10 @@ import torch
 from gpusim import train
 from gpusim.errors import ArrayError, GpusimError
 from gpusim.spaces import Box
-from gpusim.training.config import PolicyConfig, load_run_config
-from gpusim.training.models import GaussianActorCritic
 from gpusim.training.algorithms.ppo import PPO
 from gpusim.training.loop import Trainer
+from gpusim.training.models import GaussianActorCritic
+from gpusim.training.run_config import PolicyConfig, load_run_config
 
 from mixed_team_env import MixedTeam, TwoSets
 
@@ -243,7 +243,7 @@ def test_checkpoint_and_resume_match_an_uninterrupted_run(tmp_path):
 
 # ---- evaluation, rendering and adapters ---------------------------------------------------
 def test_a_mixed_run_is_evaluated_with_trained_and_random_policies(tmp_path):
-    from gpusim.training.trained import evaluate as evaluation
+    from gpusim.training.trained import evaluation
     assert run(tmp_path, "--total_steps", str(128 * 2)) == 0
     (run_dir,) = tmp_path.iterdir()
     assert evaluation.main([str(run_dir), "--episodes", "4"]) == 0
@@ -273,8 +273,8 @@ def test_pendulum_renders_and_adapts_to_gymnasium(tmp_path):
     import gpusim
     from gpusim.wrappers import to_gymnasium, to_pettingzoo
     pytest.importorskip("matplotlib")
-    from gpusim.training.trained import render
-    assert render.render("pendulum", tmp_path / "p.gif", max_steps=3, seed=1) == 3
+    from gpusim.training.trained import animation
+    assert animation.render("pendulum", tmp_path / "p.gif", max_steps=3, seed=1) == 3
     vec = to_gymnasium(gpusim.make("pendulum", num_envs=4, backend="cpu"))
     assert isinstance(vec.single_action_space, gymnasium.spaces.Box)
     vec.reset(seed=0)

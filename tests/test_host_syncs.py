@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from gpusim.envs import env_class
-from gpusim.training.config import load_run_config
 from gpusim.training.loop import Trainer
+from gpusim.training.run_config import load_run_config
 
 READS = ("item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__", "nonzero")
 

@@ -1,14 +1,15 @@
-"""Self-play leagues (training.league.pools): pools of snapshots that act as the policies they froze,
-matchups and draws as configured, learners trained on their own replicas only, static
-rollouts, exact resumes, and one-line refusals."""
+"""Self-play leagues (training.league.self_play): pools of snapshots that act as the
+policies they froze, matchups and draws as configured, learners trained on their own
+replicas only, static rollouts, exact resumes, and one-line refusals."""
 import pytest
 import torch
 
 from gpusim.envs import env_class
 from gpusim.errors import GpusimError
-from gpusim.training.config import load_run_config
-from gpusim.training.league.pools import Matchups, Pool
+from gpusim.training.league.opponents import Pool
+from gpusim.training.league.self_play import Matchups
 from gpusim.training.loop import Trainer
+from gpusim.training.run_config import load_run_config
 
 TAG = {"env.num_taggers": 2, "env.num_runners": 3, "env.num_other_agents_observed": 3,
        "env.episode_length": 12}
@@ -221,7 +222,7 @@ def test_a_league_run_directory_acts_exports_renders_and_resumes(tmp_path, capsy
     and render; its checkpoint resumes (pool and all)."""
     import gpusim
     from gpusim import train
-    from gpusim.training.trained import export, render
+    from gpusim.training.trained import animation, network_export
     argv = ["--env", "tag_continuous", "--backend", "cpu", "--quiet", "--results_dir",
             str(tmp_path / "runs"), "--total_steps", "256", "--set", "trainer.num_envs=4",
             "--set", "trainer.rollout_len=16", "--set", "trainer.league=true",
@@ -231,9 +232,9 @@ def test_a_league_run_directory_acts_exports_renders_and_resumes(tmp_path, capsy
     (run_dir,) = (tmp_path / "runs").iterdir()
     policies = gpusim.load_policies(run_dir)
     assert set(policies) == {"tagger", "runner"}
-    assert export.main([str(run_dir), "--format", "torchscript",
+    assert network_export.main([str(run_dir), "--format", "torchscript",
                         "--out", str(tmp_path / "exported")]) == 0
-    assert render.main([str(run_dir), "--max_steps", "3", "--out", str(tmp_path / "a.gif")]) == 0
+    assert animation.main([str(run_dir), "--max_steps", "3", "--out", str(tmp_path / "a.gif")]) == 0
     assert train.main(["--resume", str(run_dir), "--total_steps", "384"]) == 0
     assert "error" not in capsys.readouterr().err
     # the resumed run ends where one run straight to 384 steps ends: pools, games,

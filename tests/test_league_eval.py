@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from gpusim import train
-from gpusim.training.judge import cli as league_eval, ratings
+from gpusim.training.judge import league_cli as league_eval, ratings
 from gpusim.training.judge.crossplay import cross_play, quotas, tiles
-from gpusim.training.trained.evaluate import play
-from gpusim.training.judge.cli import env_maker
+from gpusim.training.judge.league_cli import env_maker
 from gpusim.training.judge.players import StackedPlayers, league_players, open_run, run_players
+from gpusim.training.trained.evaluation import play
 
 TINY = ["--backend", "cpu", "--num_envs", "8", "--quiet", "--set", "policy.hidden_sizes=[16,16]",
         "--set", "trainer.final_eval_episodes=0"]

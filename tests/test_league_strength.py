@@ -1,22 +1,15 @@
-"""benchmarks/league_strength.py's statistics on a synthetic matrix with known answers:
+"""benchmarks/learning/league_strength.py's statistics on a synthetic matrix with known answers:
 panel win rates without same-seed cells, worst cases, seed-level t-intervals, paired
 differences."""
-import importlib.util
 import math
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
 def ls():
-    spec = importlib.util.spec_from_file_location(
-        "league_strength", ROOT / "benchmarks" / "league_strength.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from benchmarks.learning import league_strength
+    return league_strength
 
 
 def test_seed_ci_is_a_t_interval(ls):

@@ -5,11 +5,11 @@ import torch
 
 from gpusim.envs import env_class
 from gpusim.errors import ConfigError
-from gpusim.training.speed import acceleration
-from gpusim.training.config import load_run_config
 from gpusim.training.algorithms.ppo import PPO
-from gpusim.training.speed.wrap import chunked_step
 from gpusim.training.loop import Trainer
+from gpusim.training.run_config import load_run_config
+from gpusim.training.speed import acceleration
+from gpusim.training.speed.wrap import chunked_step
 
 from conftest import in_child_process, needs_cpu_bf16
 

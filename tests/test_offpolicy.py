@@ -12,9 +12,9 @@ from gpusim.envs import env_class
 from gpusim.errors import GpusimError
 from gpusim.scale import distributed
 from gpusim.training.algorithms.offpolicy import OffPolicy
-from gpusim.training.speed.descent import EagerDescent
-from gpusim.training.config import load_run_config
 from gpusim.training.loop import Trainer
+from gpusim.training.run_config import load_run_config
+from gpusim.training.speed.descent import EagerDescent
 
 PENDULUM = env_class("pendulum")
 TINY = {"trainer.backend": "cpu", "trainer.num_envs": 4, "trainer.rollout_len": 8,
@@ -162,7 +162,7 @@ def test_two_gloo_ranks_keep_sac_parameters_identical(tmp_path):
 
 
 def test_an_off_policy_run_is_evaluated_with_its_actor(tmp_path):
-    from gpusim.training.trained import evaluate as evaluation
+    from gpusim.training.trained import evaluation
     assert run(tmp_path, "--total_steps", str(32 * 2), "--set", "env.max_episode_steps=20",
                "--set", "trainer.final_eval_episodes=4") == 0
     (run_dir,) = tmp_path.iterdir()

@@ -14,7 +14,7 @@ import torch
 
 import gpusim
 from gpusim import train
-from gpusim.training.trained import evaluate, export, render
+from gpusim.training.trained import animation, evaluation, network_export
 
 FIXTURES = Path(__file__).parent / "fixtures" / "saved_runs"
 TREES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
@@ -41,10 +41,10 @@ CASES = [pytest.param((tree, kind), id=f"{tree}-{kind}") for tree in TREES for k
 def test_an_old_run_loads_evaluates_exports_and_renders(old_run, tmp_path):
     policies = gpusim.load_policies(old_run)
     assert len(policies) >= 1
-    assert evaluate.main([str(old_run), "--episodes", "2", "--num_envs", "2"]) == 0
-    assert export.main([str(old_run), "--format", "torchscript",
+    assert evaluation.main([str(old_run), "--episodes", "2", "--num_envs", "2"]) == 0
+    assert network_export.main([str(old_run), "--format", "torchscript",
                         "--out", str(tmp_path / "export")]) == 0
-    assert render.main([str(old_run), "--out", str(tmp_path / "episode.gif"),
+    assert animation.main([str(old_run), "--out", str(tmp_path / "episode.gif"),
                         "--max_steps", "8"]) == 0
     assert (tmp_path / "episode.gif").stat().st_size > 0
 
@@ -134,7 +134,7 @@ def _rewrite(path: Path, change):
 
 
 def test_an_older_run_is_read_with_one_line_naming_what_was_filled_in(tmp_path, capsys):
-    from gpusim.training.config import load_run_dir_config
+    from gpusim.training.run_config import load_run_dir_config
     run = _copy(tmp_path, "format1_059f7f8", "league")
     _, config = load_run_dir_config(run)
     _, again = load_run_dir_config(run)
@@ -148,7 +148,7 @@ def test_an_older_run_is_read_with_one_line_naming_what_was_filled_in(tmp_path, 
 
 def test_a_damaged_config_of_todays_format_is_refused_naming_the_key(tmp_path):
     from gpusim.errors import ConfigError
-    from gpusim.training.config import load_run_dir_config
+    from gpusim.training.run_config import load_run_dir_config
     run = _copy(tmp_path)
     assert train.main(["--resume", str(run), "--quiet"]) == 0  # today's format now
     _rewrite(run / "config.yaml", lambda d: d["trainer"].pop("gae_lambda"))
@@ -158,7 +158,7 @@ def test_a_damaged_config_of_todays_format_is_refused_naming_the_key(tmp_path):
 
 def test_a_damaged_older_config_is_refused_too(tmp_path):
     from gpusim.errors import ConfigError
-    from gpusim.training.config import load_run_dir_config
+    from gpusim.training.run_config import load_run_dir_config
     run = _copy(tmp_path, "format1_059f7f8")
     _rewrite(run / "config.yaml", lambda d: d["policy"].pop("activation"))
     with pytest.raises(ConfigError, match=r"damaged: it lacks policy\.activation"):
@@ -169,7 +169,7 @@ def test_a_newer_format_is_one_line_naming_the_gpusim_that_reads_it(tmp_path, ca
     from gpusim.training.records.migrations import FORMAT
     run = _copy(tmp_path)
     _rewrite(run / "config.yaml", lambda d: d.update(format=FORMAT + 1, gpusim_version="9.1.0"))
-    assert evaluate.main([str(run), "--episodes", "2"]) == 2
+    assert evaluation.main([str(run), "--episodes", "2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"run format {FORMAT + 1}" in err[0] \
         and "install gpusim 9.1.0 or newer" in err[0], err
@@ -197,13 +197,13 @@ def test_a_config_file_with_a_removed_key_is_one_line_naming_the_step(tmp_path, 
 
 
 def test_upgrade_rewrites_an_older_run_keeping_the_originals(tmp_path, capsys):
-    from gpusim.training.config import load_run_dir_config
+    from gpusim.training.run_config import load_run_dir_config
     from gpusim.training.records.migrations import FORMAT
-    from gpusim.training.trained import upgrade
+    from gpusim.training.trained import run_upgrade
     run = _copy(tmp_path, "format1_059f7f8", "sac")
     before = (run / "config.yaml").read_text()
     checkpoint_before = (run / "checkpoints" / "checkpoint_000002.pt").read_bytes()
-    assert upgrade.main([str(run)]) == 0
+    assert run_upgrade.main([str(run)]) == 0
     assert f"upgraded to run format {FORMAT}" in capsys.readouterr().out
     assert (run / "format1" / "config.yaml").read_text() == before
     assert (run / "format1" / "checkpoints" / "checkpoint_000002.pt").read_bytes() \
@@ -213,20 +213,20 @@ def test_upgrade_rewrites_an_older_run_keeping_the_originals(tmp_path, capsys):
     assert state["format"] == FORMAT
     load_run_dir_config(run)
     assert capsys.readouterr().err == ""  # today's format: read without a line
-    assert upgrade.main([str(run)]) == 0
+    assert run_upgrade.main([str(run)]) == 0
     assert "nothing to do" in capsys.readouterr().out
 
 
 def test_upgrade_refuses_what_is_not_a_run_and_a_run_in_use(tmp_path, capsys):
     from gpusim.training.records.logger import lock_run_dir
-    from gpusim.training.trained import upgrade
-    assert upgrade.main([str(tmp_path)]) == 2
+    from gpusim.training.trained import run_upgrade
+    assert run_upgrade.main([str(tmp_path)]) == 2
     assert "not a run directory" in capsys.readouterr().err
     run = _copy(tmp_path, "format1_059f7f8")
     before = (run / "config.yaml").read_text()
     held = lock_run_dir(run)
     try:
-        assert upgrade.main([str(run)]) == 2
+        assert run_upgrade.main([str(run)]) == 2
         assert "in use" in capsys.readouterr().err
     finally:
         held.close()
@@ -269,7 +269,7 @@ def test_a_checkpoint_of_one_nameless_score_side_loads_as_the_runs_side(tmp_path
     import copy
 
     from gpusim.envs import env_class
-    from gpusim.training.config import load_run_config
+    from gpusim.training.run_config import load_run_config
     from gpusim.training.loop import Trainer
     from gpusim.training.records.migrations import upgrade_checkpoint
     cls = env_class("tag_continuous")

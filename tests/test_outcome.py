@@ -1,6 +1,6 @@
 """An env's declared episode outcome (gpusim.outcome): biased_rps's payoff sign and
 tag_continuous's runner survival, counted by hand; a league's win statistics
-(training.league.outcome) and cross-play's ratings (training.judge.ratings) by it."""
+(training.league.wins) and cross-play's ratings (training.judge.ratings) by it."""
 import numpy as np
 import pytest
 import torch
@@ -10,7 +10,7 @@ from gpusim.errors import GpusimError
 from gpusim.outcome import Outcome, win
 from gpusim.training.judge import ratings
 from gpusim.training.judge.crossplay import OUTCOME
-from gpusim.training.league.outcome import LeagueOutcome
+from gpusim.training.league.wins import LeagueOutcome
 
 from test_league import league_trainer
 

@@ -9,11 +9,11 @@ import torch
 import gpusim
 from gpusim.errors import GpusimError
 from gpusim.spaces import agent_index
-from gpusim.training.records import checkpoint
-from gpusim.training.trained import evaluate
 from gpusim.training.actors import Actors
 from gpusim.training.algorithms import algorithm_class
-from gpusim.training.config import load_run_dir_config
+from gpusim.training.records import checkpoint
+from gpusim.training.run_config import load_run_dir_config
+from gpusim.training.trained import evaluation
 from trained_runs import KINDS, TrainedRuns
 
 
@@ -177,8 +177,8 @@ def test_greedy_policies_draw_their_most_likely_action(runs, kind):
     """Evaluation's --deterministic: a trained policy acts greedily beside random ones."""
     run_dir = runs.get(kind)
     env, config = built_env(run_dir)
-    greedy = {name: evaluate.Greedy(model, env.policy_specs[name])
-              for name, model in evaluate.load_policies(run_dir, env).items()}
+    greedy = {name: evaluation.Greedy(model, env.policy_specs[name])
+              for name, model in evaluation.load_policies(run_dir, env).items()}
     first = next(iter(greedy))
     actors = Actors(env, {first: greedy[first]})  # the others act at random
     obs = env.reset()
@@ -208,7 +208,7 @@ CLI_ROWS = [
 @pytest.mark.parametrize("tool, argv, check", CLI_ROWS, ids=[" ".join(r[1]) for r in CLI_ROWS])
 def test_evaluate_cli(runs, capsys, tool, argv, check):
     run_dir = runs.get("masked")
-    assert evaluate.main([str(run_dir)] + argv) == 0
+    assert evaluation.main([str(run_dir)] + argv) == 0
     printed = capsys.readouterr()
     assert printed.err == ""
     saved = json.loads((run_dir / "eval.json").read_text())

@@ -5,9 +5,9 @@ import torch
 from gpusim.envs import env_class
 from gpusim.errors import ConfigError, GpusimError
 from gpusim.training.actors import Actors
-from gpusim.training.config import PolicyConfig, load_run_config
 from gpusim.training.loop import Trainer
 from gpusim.training.models import make_model
+from gpusim.training.run_config import PolicyConfig, load_run_config
 
 from learning_envs import Legal, Recall
 

@@ -9,9 +9,9 @@ import torch
 
 from gpusim.envs import env_class
 from gpusim.errors import GpusimError
-from gpusim.training.population import members as population
-from gpusim.training.config import load_run_config
 from gpusim.training.loop import Trainer
+from gpusim.training.population import members as population
+from gpusim.training.run_config import load_run_config
 
 TAG = {"env.num_taggers": 2, "env.num_runners": 3, "env.num_other_agents_observed": 3}
 
@@ -192,7 +192,7 @@ def test_a_population_run_is_summarised_evaluated_per_member_and_plotted(tmp_pat
     """The CLI's summary per setting, evaluate per member with the best kept as a plain
     run (which load_policies and evaluate take as any run), and the population plot."""
     from gpusim import load_policies, train
-    from gpusim.training.trained import evaluate, plot
+    from gpusim.training.trained import evaluation, learning_curves
     code = train.main(["--env", "cartpole", "--backend", "cpu", "--quiet", "--results_dir",
                        str(tmp_path), "--total_steps", "256", "--set", "trainer.num_envs=4",
                        "--set", "trainer.rollout_len=16", "--set",
@@ -201,7 +201,7 @@ def test_a_population_run_is_summarised_evaluated_per_member_and_plotted(tmp_pat
     out = capsys.readouterr().out
     assert code == 0 and "lr=0.001" in out and "IQM" in out and "(2 seeds)" in out
     (run_dir,) = tmp_path.iterdir()
-    assert evaluate.main([str(run_dir), "--episodes", "4", "--population_best"]) == 0
+    assert evaluation.main([str(run_dir), "--episodes", "4", "--population_best"]) == 0
     saved = json.loads((run_dir / "eval.json").read_text())
     assert sorted(saved["members"]) == ["m0", "m1", "m2", "m3"]
     assert [row["setting"] for row in saved["summary"]["agent"]] == ["lr=0.001", "lr=0.003"]
@@ -211,8 +211,8 @@ def test_a_population_run_is_summarised_evaluated_per_member_and_plotted(tmp_pat
     policy = load_policies(best)["agent"]
     actions, _ = policy.act(torch.zeros(3, 4), deterministic=True)
     assert actions.shape == (3, 1)
-    assert evaluate.main([str(best), "--episodes", "2"]) == 0  # a plain run now
-    assert (run_dir / "plots" / "population.png") in plot.plot_run(run_dir)
+    assert evaluation.main([str(best), "--episodes", "2"]) == 0  # a plain run now
+    assert (run_dir / "plots" / "population.png") in learning_curves.plot_run(run_dir)
     capsys.readouterr()
     # the population's own directory, wherever a run's goes: its best member, or one named
     load_policies(run_dir)
@@ -220,13 +220,13 @@ def test_a_population_run_is_summarised_evaluated_per_member_and_plotted(tmp_pat
     assert line.count("\n") == 1 and "a population of 4: member m" in line and "best" in line
     assert load_policies(run_dir, member="m2")["agent"].act(torch.zeros(4))[0].shape == (1,)
     assert "member m2 (seed 0, lr=0.003)" in capsys.readouterr().err
-    from gpusim.training.trained import export, render
-    assert export.main([str(run_dir), "--format", "torchscript", "--member", "m1",
+    from gpusim.training.trained import animation, network_export
+    assert network_export.main([str(run_dir), "--format", "torchscript", "--member", "m1",
                         "--out", str(tmp_path / "exported")]) == 0
-    assert render.main([str(run_dir), "--member", "3", "--max_steps", "3",
+    assert animation.main([str(run_dir), "--member", "3", "--max_steps", "3",
                         "--out", str(tmp_path / "m3.gif")]) == 0
     capsys.readouterr()
-    assert render.main([str(run_dir), "--member", "m9", "--out", str(tmp_path / "x.gif")]) == 2
+    assert animation.main([str(run_dir), "--member", "m9", "--out", str(tmp_path / "x.gif")]) == 2
     assert "has members m0 to m3, not 'm9'" in capsys.readouterr().err
     assert train.main(["--resume", str(best)]) != 0
     assert "holds population member" in capsys.readouterr().err
@@ -234,7 +234,7 @@ def test_a_population_run_is_summarised_evaluated_per_member_and_plotted(tmp_pat
 
 def test_population_flags_that_do_not_apply_are_one_line(tmp_path, capsys):
     from gpusim import train
-    from gpusim.training.trained import evaluate
+    from gpusim.training.trained import evaluation
     assert train.main(["--env", "cartpole", "--backend", "cpu", "--num_gpus", "2",
                        "--set", "trainer.population=2", "--results_dir", str(tmp_path)]) == 2
     assert "drop --num_gpus" in capsys.readouterr().err
@@ -243,7 +243,7 @@ def test_population_flags_that_do_not_apply_are_one_line(tmp_path, capsys):
                        "--results_dir", str(tmp_path)]) == 0
     capsys.readouterr()
     (run_dir,) = tmp_path.iterdir()
-    assert evaluate.main([str(run_dir), "--population_best"]) == 2
+    assert evaluation.main([str(run_dir), "--population_best"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --population_best") and err.count("\n") == 1
 

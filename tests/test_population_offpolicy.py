@@ -6,8 +6,8 @@ import json
 import pytest
 import torch
 from gpusim.envs import env_class
-from gpusim.training.config import load_run_config
 from gpusim.training.loop import Trainer
+from gpusim.training.run_config import load_run_config
 
 from gpusim.errors import GpusimError
 
@@ -172,7 +172,7 @@ def cli(results, *args):
 
 
 def test_a_population_checkpoints_resumes_and_evaluates_every_member(tmp_path):
-    from gpusim.training.trained import evaluate
+    from gpusim.training.trained import evaluation
     full, part = tmp_path / "full", tmp_path / "part"
     assert cli(full, "--total_steps", str(32 * 6), "--set", "trainer.final_eval_episodes=0") == 0
     assert cli(part, "--total_steps", str(32 * 4), "--set", "trainer.final_eval_episodes=0") == 0
@@ -187,10 +187,10 @@ def test_a_population_checkpoints_resumes_and_evaluates_every_member(tmp_path):
                                                              "alpha/"))} for r in rows]
     got, want = metrics(part_dir), metrics(full_dir)
     assert got == want and "value_loss/agent/m3" in want[-1]
-    assert evaluate.main([str(full_dir), "--episodes", "2", "--population_best"]) == 0
+    assert evaluation.main([str(full_dir), "--episodes", "2", "--population_best"]) == 0
     saved = json.loads((full_dir / "eval.json").read_text())
     assert sorted(saved["members"]) == ["m0", "m1", "m2", "m3"]
-    assert evaluate.main([str(full_dir / "best_member"), "--episodes", "2"]) == 0
+    assert evaluation.main([str(full_dir / "best_member"), "--episodes", "2"]) == 0
 
 
 def train_resume(run_dir, total_steps):

@@ -7,7 +7,7 @@ import pytest
 
 from gpusim.envs import builtin_names, env_class
 from gpusim.training import env_steps
-from gpusim.training.config import load_run_config
+from gpusim.training.run_config import load_run_config
 
 
 def shipped_recipes():

@@ -12,13 +12,13 @@ import pytest
 import torch
 
 from gpusim import train
-from gpusim.errors import GpusimError
 from gpusim.envs import env_class
+from gpusim.errors import GpusimError
+from gpusim.training.loop import Trainer
 from gpusim.training.records import checkpoint
-from gpusim.training.config import load_run_config
 from gpusim.training.records.logger import lock_run_dir
 from gpusim.training.records.tensorboard import read_scalars
-from gpusim.training.loop import Trainer
+from gpusim.training.run_config import load_run_config
 
 ROOT = Path(__file__).resolve().parents[1]
 TIME_KEYS = ("time_s", "env_steps_per_s", "time_share/env", "time_share/forward",

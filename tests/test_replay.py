@@ -10,7 +10,7 @@ from scipy.stats import chisquare
 
 from gpusim.scale import distributed
 from gpusim.training.collectives import LOCAL, TorchCollectives
-from gpusim.training.replay import ReplayBuffer
+from gpusim.training.replay_buffer import ReplayBuffer
 
 OBS_DIM = 3
 EPS = 1e-6

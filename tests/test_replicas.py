@@ -5,8 +5,8 @@ import pytest
 import yaml
 
 from gpusim.envs import env_class
-from gpusim.training.config import load_run_config
 from gpusim.training.replicas import floor, follow
+from gpusim.training.run_config import load_run_config
 
 
 def recipe(env="cartpole", *sets):
@@ -109,7 +109,7 @@ def test_a2c_keeps_one_gradient_step():
 
 def test_off_policy_learners_follow_with_their_rollout_only():
     cls = env_class("pendulum")
-    from gpusim.training.config import recipe_path
+    from gpusim.training.run_config import recipe_path
     sac = load_run_config("pendulum", cls, path=recipe_path(cls, "sac"))
     assert sac.trainer.rollout_len == 8 <= floor(sac)
     c = follow(sac, 64).config  # its rollout is at the floor already: only the budget grows

@@ -7,7 +7,7 @@ import torch
 
 import gpusim
 from gpusim.errors import GpusimError
-from gpusim.scale.search import doublings, quickest
+from gpusim.scale.size_search import doublings, quickest
 
 SMALL_TAG = ["--set", "env.num_taggers=2", "--set", "env.num_runners=4",
              "--set", "env.num_other_agents_observed=4", "--set", "env.episode_length=12",
@@ -60,7 +60,7 @@ def test_survival_on_device_matches_a_hand_count():
 
 
 def test_monitor_keeps_ended_episodes_in_order_without_host_reads():
-    from gpusim.training.score import ScoreMonitor
+    from gpusim.training.score_monitor import ScoreMonitor
     monitor = ScoreMonitor.__new__(ScoreMonitor)
     monitor.values = torch.zeros(6)
     monitor.count = torch.zeros((), dtype=torch.long)
@@ -160,7 +160,7 @@ def test_a_checkpoint_keeps_the_scores_window(tmp_path):
 
 # ---- the gradient noise scale ----------------------------------------------------------
 def ppo_after_rollout(**algo):
-    from gpusim.training.config import load_run_config
+    from gpusim.training.run_config import load_run_config
     from gpusim.training.loop import Trainer
     from gpusim.envs import env_class
     cls = env_class("cartpole")
@@ -305,7 +305,7 @@ def test_a_search_cap_below_the_config_names_both_keys(tmp_path, capsys):
 
 def test_the_recipes_score_settings_hold_for_its_env_settings(capsys):
     from gpusim.envs import env_class
-    from gpusim.training.config import load_run_config
+    from gpusim.training.run_config import load_run_config
     cls = env_class("tag_continuous")
     recipe = load_run_config("tag_continuous", cls).trainer
     assert (recipe.target_score, recipe.score_opponents) == ({"tagger": 200}, "scripted")
@@ -386,7 +386,7 @@ def test_the_score_pace_is_counted_in_iterations(tmp_path):
 def test_scripted_opponents_play_the_score_replicas():
     from gpusim.envs import env_class
     from gpusim.envs.tag_continuous.scripted import Chaser, Fleer
-    from gpusim.training.config import load_run_config
+    from gpusim.training.run_config import load_run_config
     from gpusim.training.loop import Trainer
     cls = env_class("tag_continuous")
     sets = [item for item in SMALL_TAG if item != "--set"] + ["trainer.backend=cpu"]

@@ -9,8 +9,8 @@ import torch
 from gpusim.envs import env_class
 from gpusim.errors import GpusimError
 from gpusim.scripted import scripted_policies
-from gpusim.training.config import load_run_config
-from gpusim.training.trained.evaluate import mean_ci, play
+from gpusim.training.run_config import load_run_config
+from gpusim.training.trained.evaluation import mean_ci, play
 from test_host_syncs import counting_host_reads
 
 SMALL = {"simple_tag": {},
@@ -109,8 +109,8 @@ def tiny_run(tmp_path_factory):
 
 
 def test_evaluate_plays_the_scripted_opponents(tiny_run, capsys):
-    from gpusim.training.trained import evaluate
-    assert evaluate.main([str(tiny_run), "--episodes", "8", "--opponents", "scripted"]) == 0
+    from gpusim.training.trained import evaluation
+    assert evaluation.main([str(tiny_run), "--episodes", "8", "--opponents", "scripted"]) == 0
     out = capsys.readouterr().out
     assert "adversary trained, agent scripted fleer" in out
     assert "adversary scripted chaser, agent trained" in out
@@ -119,7 +119,7 @@ def test_evaluate_plays_the_scripted_opponents(tiny_run, capsys):
 
 
 def test_league_plays_the_panel(tiny_run, tmp_path, capsys):
-    from gpusim.training.judge import cli as league_eval
+    from gpusim.training.judge import league_cli as league_eval
     assert league_eval.main([str(tiny_run), "--episodes", "4", "--panel",
                              "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out

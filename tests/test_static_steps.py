@@ -16,9 +16,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from gpusim.envs import env_class
-from gpusim.training.speed.descent import Adam
-from gpusim.training.config import load_run_config, recipe_path
 from gpusim.training.loop import Trainer
+from gpusim.training.run_config import load_run_config, recipe_path
+from gpusim.training.speed.descent import Adam
 
 from learning_envs import Legal
 from test_host_syncs import counting_host_reads
@@ -62,7 +62,7 @@ def host_reads(ops):
 def built(config, cls, static=True):
     """A trainer whose algorithm takes the static form a CUDA device's takes (`static`),
     or the CPU's own."""
-    with mock.patch("gpusim.training.algorithms.base.graphs_enabled", lambda *a: static):
+    with mock.patch("gpusim.training.algorithms.algorithm.graphs_enabled", lambda *a: static):
         return Trainer(config, cls)
 
 

@@ -166,7 +166,7 @@ def test_reference_clips_and_rejects_non_finite():
 
 # ---- training -----------------------------------------------------------------------------
 def test_trainer_runs_in_continuous_mode():
-    from gpusim.training.config import load_run_config
+    from gpusim.training.run_config import load_run_config
     from gpusim.training.loop import Trainer
     cls = env_class("tag_continuous")
     config = load_run_config("tag_continuous", cls, overrides={

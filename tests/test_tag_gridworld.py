@@ -376,7 +376,7 @@ def test_bad_config_values_name_the_key(overrides, key):
 
 def test_shipped_config_loads_with_all_sections():
     from gpusim.envs import env_class
-    from gpusim.training.config import load_run_config
+    from gpusim.training.run_config import load_run_config
     cls = env_class(TARGET)
     config = load_run_config(TARGET, cls)
     assert config.env == TagGridworldConfig()

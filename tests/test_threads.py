@@ -213,7 +213,7 @@ def test_the_loop_runs_each_phase_with_its_counts(monkeypatch, restore_threads):
     """A run whose update is large and rollout small: one torch thread while acting, every
     core while training (here 2, forced by the thresholds)."""
     from gpusim.envs import env_class
-    from gpusim.training.config import load_run_config
+    from gpusim.training.run_config import load_run_config
     from gpusim.training.loop import Trainer
     monkeypatch.setattr(threads, "TORCH_PARALLEL_MACS", 10 ** 6)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
@@ -238,7 +238,7 @@ def test_shipped_recipes_run_one_thread_per_pool():
     thread did not pay at these sizes; docs/benchmarks.md)."""
     import gpusim
     from gpusim.envs import env_class
-    from gpusim.training.config import load_run_config, recipe_path
+    from gpusim.training.run_config import load_run_config, recipe_path
     from gpusim.training.work import run_work
     for name, algorithm in (("cartpole", None), ("tag_continuous", None), ("pendulum", "sac")):
         cls = env_class(name)

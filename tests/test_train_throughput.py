@@ -1,4 +1,4 @@
-"""benchmarks/train_throughput.py: `--profile` on the CPU, the CUDA counting against
+"""benchmarks/peers/train_throughput.py: `--profile` on the CPU, the CUDA counting against
 recorded stand-in events (CI has no GPU), and WarpDrive's env keywords."""
 import inspect
 import json
@@ -11,20 +11,15 @@ import pytest
 from torch.autograd import DeviceType
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "benchmarks" / "train_throughput.py"
-
-
-@pytest.fixture
-def benchmarks(monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+MODULE = "benchmarks.peers.train_throughput"
 
 
 def test_profile_runs_tiny_on_the_cpu(tmp_path):
     out = tmp_path / "rows.json"
-    run = subprocess.run([sys.executable, str(SCRIPT), "--num_envs", "2", "--rollout_len", "10",
+    run = subprocess.run([sys.executable, "-m", MODULE, "--num_envs", "2", "--rollout_len", "10",
                           "--iterations", "1", "--backend", "cpu", "--profile", "--skip",
                           "warpdrive", "recipe", "auto_scale", "limit", "--json", str(out)],
-                         capture_output=True, text=True, timeout=300)
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stderr == "", run.stderr[-2000:]  # no library chatter, no warning
     lines = run.stdout.splitlines()
@@ -44,10 +39,10 @@ def event(name, start, end, device=DeviceType.CPU, id=0, annotation=False, kind=
                            activity_type=kind, time_range=SimpleNamespace(start=start, end=end))
 
 
-def test_cuda_launches_and_kernels_are_counted_per_phase(benchmarks):
+def test_cuda_launches_and_kernels_are_counted_per_phase():
     """Kernels belong to the phase of the host call that launched them (a kernel may run
     after its phase's host range); a graph replay is one host call and all its kernels."""
-    from phase_profile import summarise
+    from benchmarks.peers.train_throughput import summarise
     cuda = DeviceType.CUDA
     events = [
         event("rollout", 0, 100, annotation=True), event("update", 200, 300, annotation=True),
@@ -69,8 +64,8 @@ def test_cuda_launches_and_kernels_are_counted_per_phase(benchmarks):
     assert rollout["device_ms"] == 0.02
 
 
-def test_warpdrive_gets_only_the_keys_its_env_takes(benchmarks):
-    from train_throughput import ENV_CONFIG, warpdrive_env_config
+def test_warpdrive_gets_only_the_keys_its_env_takes():
+    from benchmarks.peers.train_throughput import ENV_CONFIG, warpdrive_env_config
 
     class TagContinuous:  # WarpDrive 2.7.1's signature, in part: no continuous_actions
         def __init__(self, num_taggers=1, num_runners=10, grid_length=10.0, seed=None,

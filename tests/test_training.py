@@ -8,12 +8,12 @@ import torch
 import yaml
 
 from gpusim import train
-from gpusim.errors import ConfigError
 from gpusim.envs import env_class
-from gpusim.training.records import checkpoint
-from gpusim.training.config import load_run_config
-from gpusim.training.records.tensorboard import read_scalars
+from gpusim.errors import ConfigError
 from gpusim.training.loop import Trainer
+from gpusim.training.records import checkpoint
+from gpusim.training.records.tensorboard import read_scalars
+from gpusim.training.run_config import load_run_config
 
 CARTPOLE = env_class("cartpole")
 TIME_KEYS = ("time_s", "env_steps_per_s", "time_share/env", "time_share/forward",
@@ -222,13 +222,13 @@ def test_cli_as_a_process_exits_nonzero_with_one_line(tmp_path):
 
 def test_plot_writes_pngs(tmp_path):
     pytest.importorskip("matplotlib")
-    from gpusim.training.trained import plot
+    from gpusim.training.trained import learning_curves
     assert run_cli(tmp_path, "--total_steps", str(256 * 3)) == 0
-    paths = plot.plot_run(only_run(tmp_path))
+    paths = learning_curves.plot_run(only_run(tmp_path))
     assert [p.name for p in paths] == ["returns.png", "losses.png", "throughput.png"]
     for path in paths:
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert plot.main([str(tmp_path / "missing")]) == 2
+    assert learning_curves.main([str(tmp_path / "missing")]) == 2
 
 
 @pytest.mark.slow

@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from gpusim import train
-from gpusim.errors import ConfigError
-from gpusim.training.judge import cli as league_eval, transitivity
-from gpusim.training.records import snapshots
-from gpusim.training.judge.players import Player, league_players, open_run
-from gpusim.training.config import load_run_config
 from gpusim.envs import env_class
+from gpusim.errors import ConfigError
+from gpusim.training.judge import league_cli as league_eval, transitivity
+from gpusim.training.judge.players import Player, league_players, open_run
+from gpusim.training.records import snapshots
+from gpusim.training.run_config import load_run_config
 
 TINY = ["--env", "simple_tag", "--backend", "cpu", "--num_envs", "8", "--quiet",
         "--set", "policy.hidden_sizes=[16,16]", "--set", "trainer.final_eval_episodes=0"]

@@ -6,8 +6,8 @@ import pytest
 
 from gpusim import train
 from gpusim.envs import env_class
-from gpusim.training.trained import evaluate as evaluation
-from gpusim.training.trained import render
+from gpusim.training.trained import evaluation
+from gpusim.training.trained import animation
 
 PIL = pytest.importorskip("PIL.Image", reason="rendering tests decode GIFs with Pillow")
 pytest.importorskip("matplotlib")
@@ -21,7 +21,7 @@ def frames_in(path):
 @pytest.mark.parametrize("name", ["cartpole", "tag_gridworld", "tag_continuous"])
 def test_random_policies_render_headless_to_a_gif(tmp_path, name):
     out = tmp_path / f"{name}.gif"
-    count = render.render(name, out, max_steps=6, seed=1)
+    count = animation.render(name, out, max_steps=6, seed=1)
     assert count == 6 and frames_in(out) == 6
 
 
@@ -34,7 +34,7 @@ def test_a_trained_run_renders_and_is_evaluated(tmp_path, capsys):
                        "--set", "env.num_other_agents_observed=3"]) == 0
     (run_dir,) = results.iterdir()
     out = tmp_path / "episode.gif"
-    assert render.main([str(run_dir), "--out", str(out), "--episodes", "2"]) == 0
+    assert animation.main([str(run_dir), "--out", str(out), "--episodes", "2"]) == 0
     assert frames_in(out) == 2 * 12  # two whole episodes, one frame per step
     assert evaluation.main([str(run_dir), "--episodes", "8"]) == 0
     printed = capsys.readouterr().out
@@ -83,7 +83,7 @@ def test_confidence_interval_and_pairings():
 ])
 def test_render_bad_input(tmp_path, capsys, argv, message):
     argv = [a if a != "x.gif" else str(tmp_path / "x.gif") for a in argv]
-    code = exit_code(render.main, argv)
+    code = exit_code(animation.main, argv)
     if message is None:  # a replica past the first is built and recorded
         assert code == 0
         return

@@ -1,4 +1,4 @@
-"""The cross-rank sums and minima the replay buffer's sampling needs (training.replay):
+"""The cross-rank sums and minima the replay buffer's sampling needs (training.replay_buffer):
 torch.distributed's all-reduce over a process group, or a lone process's own values."""
 from __future__ import annotations
 

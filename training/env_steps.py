@@ -2,7 +2,7 @@
 
 Under the replica rule (training.replicas) a run at k x the recipe's replicas needs
 E(k) env steps to the score; env steps, not seconds, so the CPU measures them once for
-every device (`benchmarks/time_to_score.py`), and `env_steps.yaml` beside the recipe
+every device (`benchmarks/learning/time_to_score.py`), and `env_steps.yaml` beside the recipe
 keeps them: `tables`, a list, each for the recipe with some `settings` (dotted keys,
 none for the recipe as written), a row per k with the median over seeds, its interval,
 and how many seeds reached the score within the benchmark's cap. The auto-scale search
@@ -101,7 +101,7 @@ def _entries(path: str, env_name: str, algorithm: str) -> tuple:
     a malformed file is one error line naming it and the key."""
     from gpusim.envs import env_class
 
-    from .config import load_run_config, recipe_path
+    from .run_config import load_run_config, recipe_path
     cls = env_class(env_name)
     out = []
     for index, entry in enumerate(tables(path)):

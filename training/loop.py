@@ -29,10 +29,10 @@ from gpusim.scale import distributed as dist
 from gpusim.scale.device import DeviceContext
 
 from .algorithms import algorithm_class
-from .config import RunConfig
 from .population import members as population
 from .records import checkpoint, migrations
-from .score import SCORE_KEY, RunScore
+from .run_config import RunConfig
+from .score_monitor import SCORE_KEY, RunScore
 from .signals import Stopped, stop_requests
 from .timing import SectionTimer
 from .work import run_work
@@ -94,7 +94,7 @@ class Trainer:
         self.recent = {name: collections.deque(maxlen=RECENT_EPISODES)
                        for name in self.algorithm.reported_names()}
         self.episodes = 0
-        # the env's score against fixed opponents, where it names one (training.score)
+        # the env's score against fixed opponents, where it names one (training.score_monitor)
         self.score = RunScore.build(config, env_class, self.algorithm, context)
 
     def attach_logger(self, logger):

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 # On the CPU torch's tanh runs at about 2.6 ns per element, its sigmoid at 0.4, so
-# 2 sigmoid(2x) - 1 is faster above these many elements (benchmarks/activations.py):
+# 2 sigmoid(2x) - 1 is faster above these many elements (benchmarks/calibrations/activations.py):
 # without autograd from about 8k elements (2x at 128k); with it (a Python backward node)
 # from about 64k (1.4x at 256k).
 SIGMOID_TANH_MIN_ELEMENTS = 8192

@@ -19,7 +19,7 @@ from gpusim.backends import BACKEND_NAMES
 from gpusim.cache import atomic_write
 from gpusim.config import field_help, from_dict, load_yaml, require, to_dict
 from gpusim.errors import ConfigError
-from gpusim.scale.config import ScaleConfig
+from gpusim.scale.scale_config import ScaleConfig
 
 from .population import members as population
 from .records import migrations

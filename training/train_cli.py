@@ -17,6 +17,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from gpusim.arguments import ArgumentParser
 from gpusim.backends import BACKEND_NAMES, check_process_count, set_compile_reporter
 from gpusim.config import load_yaml
 from gpusim.envs import env_class, env_names
@@ -27,17 +28,16 @@ from gpusim.scripted import scripted_policies
 
 from . import replicas
 from .algorithms import ALGORITHMS
-from .arguments import ArgumentParser
-from .autoscale.search import auto_scale
-from .config import config_reference, load_run_config, load_run_dir_config, recipe_path
+from .autoscale.auto_scale import auto_scale
 from .loop import Trainer
 from .population import members as population
 from .records import checkpoint, migrations
 from .records.logger import CompileReport, RunLogger, new_run_dir
+from .run_config import config_reference, load_run_config, load_run_dir_config, recipe_path
 from .signals import Stopped
 from .speed.acceleration import resolve_precision
 from .trained import member_runs as members
-from .trained.evaluate import evaluate
+from .trained.evaluation import evaluate
 
 # scale keys that apply without --auto_scale (multi-process runs wait this long), and
 # those that apply with --num_envs (the replica rule's floor)

@@ -1,8 +1,8 @@
 """tanh against 2 sigmoid(2x) - 1 on the CPU: the measurements behind the thresholds in
 gpusim.training.models (SIGMOID_TANH_MIN_ELEMENTS and its autograd twin).
 
-    python benchmarks/activations.py
-    python benchmarks/activations.py --rounds 9 --width 256
+    python -m benchmarks.calibrations.activations
+    python -m benchmarks.calibrations.activations --rounds 9 --width 256
 
 Rows: the policies' MLP shape (4 inputs, two hidden layers of `--width`,
 gpusim's MLP) at several row counts, one thread; a no-grad forward (acting)
@@ -13,17 +13,14 @@ process and prints the best time of each and their ratio.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import gpusim  # noqa: F401  (gpusim's thread defaults before torch runs)
 import torch
 
 from gpusim.training import models
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine  # noqa: E402
+from benchmarks.common import machine
 
 ROWS = (32, 64, 128, 256, 512, 1024, 2048, 4096)
 NEVER, ALWAYS = 1 << 62, 0

@@ -1,7 +1,7 @@
 """Training throughput on a quiet CPU and on one that another process keeps busy.
 
-    python benchmarks/contention.py                        # 3 rounds, every workload
-    python benchmarks/contention.py --rounds 5 --baseline ../gpusim-old
+    python -m benchmarks.calibrations.contention   # 3 rounds, every workload
+    python -m benchmarks.calibrations.contention --rounds 5 --baseline ../gpusim-old
 
 Workloads, each a fresh process, as a user starts it:
 - gpusim cartpole PPO (the shipped recipe, a fixed number of steps);
@@ -40,10 +40,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine  # noqa: E402  (imports torch, not gpusim: children set their own)
+# machine() imports torch, not gpusim: the children set their own threads
+from benchmarks.common import ROOT, machine
 
-ROOT = Path(__file__).resolve().parents[1]
 GPUSIM_WORKLOADS = {  # name -> python -m gpusim.train arguments
     "cartpole PPO": ["--env", "cartpole", "--total_steps", "131072",
                      "--set", "trainer.target_return=null"],
@@ -98,8 +97,8 @@ def sb3_missing() -> str | None:
 
 
 def sb3_in_child() -> float:
-    done = subprocess.run([sys.executable, __file__, "--sb3-child"], capture_output=True,
-                          text=True, timeout=1800)
+    done = subprocess.run([sys.executable, "-m", __spec__.name, "--sb3-child"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
         raise SystemExit(f"error: the SB3 run failed: {done.stderr.strip().splitlines()[-1:]}")
     return float(done.stdout.split()[-1])

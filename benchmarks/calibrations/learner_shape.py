@@ -1,7 +1,10 @@
 """How deep and how wide one solo PPO iteration is, traced from outside with sys.setprofile.
 
-    python benchmarks/learner_shape.py                   # this checkout
-    PYTHONPATH=OTHER python benchmarks/learner_shape.py  # another gpusim, importable
+    python -m benchmarks.calibrations.learner_shape                           # this checkout
+    cd OTHER && PYTHONPATH=THIS python -m benchmarks.calibrations.learner_shape   # another gpusim
+
+(OTHER: a folder from which `import gpusim` imports another gpusim; THIS: this checkout,
+where the script is. A module run puts the working folder first on the import path.)
 
 A tiny solo cartpole PPO run (cpu backend, 8 replicas x 32 steps, compile and CUDA
 graphs off, as they resolve on the CPU) is built and trained for one iteration; the
@@ -32,7 +35,7 @@ def main():
     import gpusim.envs
     import gpusim.training
     from gpusim.envs import env_class
-    from gpusim.training.config import load_run_config
+    from gpusim.training.run_config import load_run_config
     from gpusim.training.loop import Trainer
     # the package's folders (installed, envs/ and training/ may lie elsewhere)
     roots = {name: Path(module.__file__).resolve().parent for name, module in (

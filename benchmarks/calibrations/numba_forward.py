@@ -1,8 +1,8 @@
 """A policy's acting forward written in numba loops, against gpusim's torch forward, on the CPU:
 the measurement behind not fusing the policy into the env's step kernel on the CPU.
 
-    python benchmarks/numba_forward.py
-    python benchmarks/numba_forward.py --rounds 9
+    python -m benchmarks.calibrations.numba_forward
+    python -m benchmarks.calibrations.numba_forward --rounds 9
 
 The fused rollout #30 asks for would run the policy's forward and sampling
 inside a compiled CPU kernel, next to the env step, instead of torch
@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import time
-from pathlib import Path
 
 import gpusim  # noqa: F401  (gpusim's thread defaults before torch runs)
 import numba
@@ -34,8 +32,7 @@ import torch
 
 from gpusim.training.models import ActorCritic
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine  # noqa: E402
+from benchmarks.common import machine
 
 # rows, observation size, choices: cartpole's recipe at 5-256 envs; tag_continuous's 1,760
 # agents (its two 21-choice components as one 42-choice head)

@@ -1,10 +1,10 @@
 """What a population's mechanism costs: seconds per iteration of this checkout's against
 another gpusim's, and against this checkout with every pass under vmap.
 
-    python benchmarks/population_cost.py --against OTHER_CHECKOUT [--rounds 5]
+    python -m benchmarks.calibrations.population_cost --against OTHER_CHECKOUT [--rounds 5]
 
 OTHER_CHECKOUT is a folder from which `import gpusim` imports another gpusim (a
-source tree laid out as installed; see same_results.py's docstring for one way).
+source tree laid out as installed: `gpusim/` with `envs/` and `training/` inside it).
 Each measurement is a fresh process: a population trainer built on the cpu backend
 (one torch thread), 3 iterations to warm up, then 10 timed; rounds alternate the
 variants, so a busy spell falls on all of them. Workloads, as the learner issue asks:
@@ -26,7 +26,7 @@ import statistics
 import subprocess
 import sys
 
-from common import machine
+from benchmarks.common import machine
 
 WORKLOADS = {
     "cartpole x 8 seeds": ("cartpole", ["trainer.population=8"]),
@@ -39,7 +39,7 @@ import json, sys, time
 import torch
 from gpusim.envs import env_class
 from gpusim.training import models
-from gpusim.training.config import load_run_config
+from gpusim.training.run_config import load_run_config
 from gpusim.training.loop import Trainer
 env, sets, all_vmap = json.loads(sys.argv[1])
 if all_vmap:

@@ -1,7 +1,7 @@
 """bf16 against fp32 on this machine, for the shipped recipes: which `precision: auto` should pick.
 
-    python benchmarks/precision.py                      # every recipe below, 2 rounds
-    python benchmarks/precision.py --recipes cartpole --rounds 3
+    python -m benchmarks.calibrations.precision   # every recipe below, 2 rounds
+    python -m benchmarks.calibrations.precision --recipes cartpole --rounds 3
 
 Each row trains a recipe for a fixed number of env steps (its target return
 off) in its own process, fp32 and bf16 interleaved round by round, and
@@ -19,10 +19,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine  # noqa: E402
+from benchmarks.common import machine
 
-from gpusim.training.trained.plot import read_metrics
+from gpusim.training.trained.learning_curves import read_metrics
 
 RECIPES = {  # name -> (train arguments, env steps)
     "cartpole": (["--env", "cartpole"], 65_536),

@@ -1,6 +1,6 @@
 """Does the learner's one private torch API pay? Its Adam step against torch's public ones.
 
-    python benchmarks/private_apis.py
+    python -m benchmarks.calibrations.private_apis
 
 gpusim's `Adam` (training/speed/descent.py) clips with `torch._foreach_norm` and
 `torch._foreach_mul_`, steps with `torch._fused_adam_` (the kernel `torch.optim.Adam(...,
@@ -20,7 +20,7 @@ import time
 import torch
 from torch.optim.adam import adam as functional_adam
 
-from common import machine
+from benchmarks.common import machine
 
 ROUNDS, STEPS = 5, 1000
 
@@ -81,7 +81,7 @@ def best_of(step) -> float:
 def iteration_ms() -> float:
     """One solo cartpole PPO iteration of the recipe's size, median of 20, after 3."""
     from gpusim.envs import env_class
-    from gpusim.training.config import load_run_config
+    from gpusim.training.run_config import load_run_config
     from gpusim.training.loop import Trainer
     cls = env_class("cartpole")
     config = load_run_config("cartpole", cls, sets=[

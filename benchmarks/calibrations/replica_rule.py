@@ -1,27 +1,25 @@
 """Candidate rules for what follows the replica count, measured in env steps to the score.
 
-    python benchmarks/replica_rule.py                    # every candidate (about 2 h on 2 cores)
-    python benchmarks/replica_rule.py --only cartpole    # the candidates of one recipe
-    python benchmarks/replica_rule.py --report           # the table of a saved run
+    python -m benchmarks.calibrations.replica_rule                   # every candidate (about 2 h on 2 cores)
+    python -m benchmarks.calibrations.replica_rule --only cartpole   # the candidates of one recipe
+    python -m benchmarks.calibrations.replica_rule --report          # the table of a saved run
 
 Each candidate is the recipe with its sizes and learning settings set by hand (`--set`
 keys) at k x the recipe's replicas, trained in this process over seeds, each stopped at
 the recipe's score or at 3x the recipe's env steps (the same cap, so the same
 learning-rate schedule where the recipe anneals it, for every candidate): a run that
 misses is censored at the cap, never dropped. The rule chosen from this table lives in
-training/replicas.py; benchmarks/time_to_score.py measures it as a user types it.
+training/replicas.py; benchmarks/learning/time_to_score.py measures it as a user types it.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine  # noqa: E402
+from benchmarks.common import machine
 
 # recipe -> (env, settings every candidate shares, the recipe's total_steps, candidates:
 # label -> settings)
@@ -82,7 +80,7 @@ CAP = 3
 
 def run(env: str, sets: list, seed: int, cap: int) -> dict:
     from gpusim.envs import env_class
-    from gpusim.training.config import load_run_config
+    from gpusim.training.run_config import load_run_config
     from gpusim.training.loop import Trainer
     cls = env_class(env)
     config = load_run_config(env, cls, sets=list(sets) + [

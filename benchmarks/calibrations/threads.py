@@ -1,7 +1,7 @@
 """Where a second CPU thread pays: the measurements behind gpusim.scale.threads's thresholds.
 
-    python benchmarks/threads.py                 # every row, 1 thread against all cores
-    python benchmarks/threads.py --part mlp --rounds 9
+    python -m benchmarks.calibrations.threads   # every row, 1 thread against all cores
+    python -m benchmarks.calibrations.threads --part mlp --rounds 9
 
 Rows:
 - mlp: a policy-shaped MLP (16 inputs, two hidden layers of the given width,
@@ -17,16 +17,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import gpusim  # first: the OpenMP waiting default before torch loads  # noqa: F401
 import numba
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine  # noqa: E402
+from benchmarks.common import machine
 
 MLP_ROWS = ((64, 32), (64, 512), (64, 1600), (64, 6400), (64, 25600), (256, 256),
             (256, 1024), (256, 4096), (256, 16384), (512, 256), (512, 1024), (512, 4096),

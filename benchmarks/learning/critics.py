@@ -1,7 +1,7 @@
 """IPPO against MAPPO (a local against a centralized critic) on a cooperative env.
 
-    python benchmarks/critics.py                                  # simple_spread, 2 seeds
-    python benchmarks/critics.py --env simple_spread --seeds 0 1 2 --steps 500000
+    python -m benchmarks.learning.critics   # simple_spread, 2 seeds
+    python -m benchmarks.learning.critics --env simple_spread --seeds 0 1 2 --steps 500000
 
 Each run is a fresh `python -m gpusim.train` process with the env's recipe and
 `policy.critic=local` (IPPO: each agent's value net sees its own observation)
@@ -20,10 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine  # noqa: E402
+from benchmarks.common import machine
 
-from gpusim.training.trained.plot import read_metrics
+from gpusim.training.trained.learning_curves import read_metrics
 
 CRITICS = {"IPPO": "local", "MAPPO": "central"}
 FRACTIONS = (0.25, 0.5, 1.0)

@@ -1,8 +1,8 @@
 """Where a league must pay: biased_rps, a game with a cycle, plain self-play against a league.
 
-    python benchmarks/league_cycles.py                  # 8 seeds, about 8 minutes on 2 cores
-    python benchmarks/league_cycles.py --quick          # a smoke run: 2 seeds, tiny budgets
-    python benchmarks/league_cycles.py --seeds 4 --out runs/league_cycles
+    python -m benchmarks.learning.league_cycles           # 8 seeds, about 8 minutes on 2 cores
+    python -m benchmarks.learning.league_cycles --quick   # a smoke run: 2 seeds, tiny budgets
+    python -m benchmarks.learning.league_cycles --seeds 4 --out runs/league_cycles
 
 For each seed, biased_rps's recipe (config.yaml: no entropy bonus, lr 3e-3) trains
 twice at equal env steps: plain self-play, and `trainer.league=true` with a pool of
@@ -36,16 +36,14 @@ import numba
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from common import machine  # noqa: E402
-
-from gpusim import train  # noqa: E402
-from gpusim.envs.biased_rps.equilibrium import exploitability  # noqa: E402
+from gpusim import train
+from gpusim.envs.biased_rps.equilibrium import exploitability
 from gpusim.training.judge import mixtures
-from gpusim.training.config import load_run_config  # noqa: E402
+from gpusim.training.run_config import load_run_config
 from gpusim.training.judge.players import open_run
 from gpusim.training.population.members import bootstrap_interval
+
+from benchmarks.common import ROOT, machine
 
 ENV = "biased_rps"
 ROWS = (("plain final", "plain", "final"), ("plain snapshot average", "plain", "average"),

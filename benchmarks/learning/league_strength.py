@@ -1,8 +1,8 @@
 """League training against plain training at equal env steps, judged against a held-out panel.
 
-    python benchmarks/league_strength.py                 # the protocol (about 90 min on 2 cores)
-    python benchmarks/league_strength.py --quick         # a smoke run: tiny budgets, 2 seeds
-    python benchmarks/league_strength.py --only simple_tag --seeds 2 --budget_scale 0.05
+    python -m benchmarks.learning.league_strength           # the protocol (about 90 min on 2 cores)
+    python -m benchmarks.learning.league_strength --quick   # a smoke run: tiny budgets, 2 seeds
+    python -m benchmarks.learning.league_strength --only simple_tag --seeds 2 --budget_scale 0.05
 
 Per game (simple_tag: 8 seeds per mode; tag_continuous with 3 taggers and 8 runners: 4),
 every seed trains twice with the env's recipe at the same env steps: `trainer.league=true`
@@ -44,8 +44,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine  # noqa: E402
+from benchmarks.common import machine
 
 GAMES = {  # training budget (env steps), seeds per mode, episodes per cell
     "simple_tag": {"args": ["--env", "simple_tag"], "steps": 1_500_800, "seeds": 8,
@@ -179,7 +178,7 @@ def judge(game: str, runs: dict, episodes: int, out: Path, log) -> dict:
     """Every judged player against the held-out panel, per side (see the module)."""
     from gpusim.training.judge import ratings
     from gpusim.training.judge.crossplay import cross_play
-    from gpusim.training.judge.cli import env_maker
+    from gpusim.training.judge.league_cli import env_maker
     from gpusim.training.judge.players import open_run, panel_players, snapshot_players
     record = out / game / "panel.json"
     if record.is_file():

@@ -1,7 +1,7 @@
 """A population in one process against the same seeds as solo runs, one after the other.
 
-    python benchmarks/population.py                    # cartpole x 8 and tag_continuous x 4
-    python benchmarks/population.py --only cartpole --members 8 --solos 8
+    python -m benchmarks.learning.population   # cartpole x 8 and tag_continuous x 4
+    python -m benchmarks.learning.population --only cartpole --members 8 --solos 8
 
 Every run is a fresh `python -m gpusim.train` process, timed whole (start-up and
 compiling included) and by its training time (its "done:" line):
@@ -21,10 +21,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine  # noqa: E402
+from benchmarks.common import machine
 
 DONE = re.compile(r"done(?P<solved> \(target reached\))?: (?P<iterations>\d+) iterations, "
                   r"[\d,]+ env steps in (?P<train>[\d.]+) s")

@@ -1,9 +1,9 @@
 """tag_continuous's learning curves against its scripted panel, one change at a time.
 
-    python benchmarks/tag_curves.py --game 3+8 --label recipe --seeds 3
-    python benchmarks/tag_curves.py --game 3+8 --label own_state --seeds 3 \
+    python -m benchmarks.learning.tag_curves --game 3+8 --label recipe --seeds 3
+    python -m benchmarks.learning.tag_curves --game 3+8 --label own_state --seeds 3 \
         --set env.observe_own_state=true
-    python benchmarks/tag_curves.py --report                 # the table and plot of saved runs
+    python -m benchmarks.learning.tag_curves --report   # the table and plot of saved runs
 
 Each run trains the recipe (with `--set` changes) in this process for `--steps` env steps,
 its score's target off, and every `--every` env steps plays its current policies (sampled,
@@ -24,12 +24,10 @@ import argparse
 import json
 import math
 import statistics
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine  # noqa: E402
+from benchmarks.common import machine
 
 GAMES = {"3+8": ["env.num_taggers=3", "env.num_runners=8"], "10+100": []}
 PAIRINGS = {  # name -> (what the taggers play, what the runners play)
@@ -45,7 +43,7 @@ T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36}
 
 def config_for(game: str, sets: list, seed: int, steps: int):
     from gpusim.envs import env_class
-    from gpusim.training.config import load_run_config
+    from gpusim.training.run_config import load_run_config
     cls = env_class("tag_continuous")
     config = load_run_config("tag_continuous", cls, sets=GAMES[game] + list(sets) + [
         f"trainer.seed={seed}", f"trainer.total_steps={steps}", "trainer.target_score=null",
@@ -56,7 +54,7 @@ def config_for(game: str, sets: list, seed: int, steps: int):
 def panel(cls, config, models: dict, episodes: int, which: dict, seed: int) -> dict:
     """Steps survived per pairing: (mean, half-width of its 95% interval)."""
     from gpusim.envs.tag_continuous.scripted import Chaser, Fleer
-    from gpusim.training.trained.evaluate import mean_ci, play
+    from gpusim.training.trained.evaluation import mean_ci, play
     env = cls(num_envs=episodes, backend="cpu", seed=10_000 + seed, config=config.env)
     out = {}
     for name, (taggers, runners) in which.items():
@@ -164,7 +162,7 @@ def main():
     parser.add_argument("--every", type=int, default=100_000)
     parser.add_argument("--episodes", type=int, default=32)
     parser.add_argument("--out", default="tag_curves.jsonl")
-    parser.add_argument("--plot", default="docs/images/tag_curves.png")
+    parser.add_argument("--plot", default="tag_curves.png")
     parser.add_argument("--report", action="store_true")
     args = parser.parse_args()
     out = Path(args.out)

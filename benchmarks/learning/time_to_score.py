@@ -1,10 +1,10 @@
 """E(k): the env steps each recipe needs to its score at k x its replicas, and the wall time.
 
-    python benchmarks/time_to_score.py                      # the whole grid (hours on 2 cores)
-    python benchmarks/time_to_score.py --envs cartpole --seeds 2
-    python benchmarks/time_to_score.py --report             # the table and plot of a saved run
-    python benchmarks/time_to_score.py --report --write     # and the tables the search reads
-    python benchmarks/time_to_score.py --report --shipped   # plot every shipped table
+    python -m benchmarks.learning.time_to_score                      # the whole grid (hours on 2 cores)
+    python -m benchmarks.learning.time_to_score --envs cartpole --seeds 2
+    python -m benchmarks.learning.time_to_score --report             # the table and plot of a saved run
+    python -m benchmarks.learning.time_to_score --report --write     # and the tables the search reads
+    python -m benchmarks.learning.time_to_score --report --shipped   # plot every shipped table
 
 Each run is `python -m gpusim.train ... --num_envs N` as a user types it (the replica
 rule resizes the recipe: training.replicas), timed whole (start-up, compile and warm-up
@@ -32,8 +32,7 @@ from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine  # noqa: E402
+from benchmarks.common import ROOT, machine
 
 # name -> the env, the settings its table is measured with (none: the recipe as written),
 # the recipe's num_envs, its ks and seeds
@@ -143,7 +142,7 @@ def shipped_points() -> dict:
     """env -> [(k, summary)] from the env_steps.yaml tables beside the recipes."""
     points = {}
     for env, (name, settings, *_) in ENVS.items():
-        path = Path(__file__).resolve().parent.parent / "envs" / name / "env_steps.yaml"
+        path = ROOT / "envs" / name / "env_steps.yaml"
         entries = yaml.safe_load(path.read_text())["tables"] if path.exists() else []
         for entry in entries:
             if entry["name"] == env:
@@ -204,11 +203,11 @@ def write_tables(results: list, commit: str):
             entry = {"name": env, "settings": settings, "rows": rows}
             files.setdefault(name, []).append(entry)
     for name, entries in files.items():
-        path = Path(__file__).resolve().parent.parent / "envs" / name / "env_steps.yaml"
+        path = ROOT / "envs" / name / "env_steps.yaml"
         head = (f"# E(k): the env steps this env's recipe needs to its score at k x its "
                 f"replicas, under the\n# replica rule (training/replicas.py); median over "
                 f"seeds, its range, seeds reaching the\n# score within the rule's budget. "
-                f"Measured by benchmarks/time_to_score.py at commit {commit},\n# "
+                f"Measured by benchmarks/learning/time_to_score.py at commit {commit},\n# "
                 f"{datetime.date.today()}, 2-core CPU (env steps hold on any device). "
                 f"Read by training/env_steps.py.\n")
         path.write_text(head + yaml.safe_dump({"tables": entries}, sort_keys=False))

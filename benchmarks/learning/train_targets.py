@@ -1,11 +1,11 @@
 """Training targets, measured: cartpole and pendulum time-to-solve (with SB3 side by side)
 and tag learning.
 
-    python benchmarks/train_targets.py cartpole --seeds 0 1 2
-    python benchmarks/train_targets.py cartpole --seeds 0 1 2 3 4 --compile off on --no_sb3
-    python benchmarks/train_targets.py pendulum --seeds 0 1 2
-    python benchmarks/train_targets.py tag                 # train with the default config, then evaluate
-    python benchmarks/train_targets.py tag --run RUN_DIR   # evaluate a finished run
+    python -m benchmarks.learning.train_targets cartpole --seeds 0 1 2
+    python -m benchmarks.learning.train_targets cartpole --seeds 0 1 2 3 4 --compile off on --no_sb3
+    python -m benchmarks.learning.train_targets pendulum --seeds 0 1 2
+    python -m benchmarks.learning.train_targets tag                 # train with the default config, then evaluate
+    python -m benchmarks.learning.train_targets tag --run RUN_DIR   # evaluate a finished run
 
 cartpole: each run is a fresh process (`python -m gpusim.train --env cartpole
 --backend cpu`), which stops once the mean return over the last 100 finished
@@ -41,8 +41,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine  # noqa: E402
+from benchmarks.common import machine
 
 # Stable-Baselines3 in its own process: argv is seed, target, step budget; the model is
 # built by one of the MODELS lines, and the run stops once the mean return over the last
@@ -169,8 +168,8 @@ def train_tag(results_dir, extra):
 
 
 def run_tag(run_dir, episodes):
-    from gpusim.training.config import load_run_dir_config
-    from gpusim.training.trained.evaluate import episode_returns, load_policies
+    from gpusim.training.run_config import load_run_dir_config
+    from gpusim.training.trained.evaluation import episode_returns, load_policies
     cls, config = load_run_dir_config(run_dir)
     env = cls(num_envs=config.trainer.num_envs, backend=config.trainer.backend, seed=12345,
               config=config.env)

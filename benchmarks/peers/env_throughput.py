@@ -1,7 +1,7 @@
 """Env throughput of tag_continuous on every available backend, with the NumPy reference.
 
-    python benchmarks/env_throughput.py                 # full table
-    python benchmarks/env_throughput.py --quick         # fewer replica counts
+    python -m benchmarks.peers.env_throughput           # full table
+    python -m benchmarks.peers.env_throughput --quick   # fewer replica counts
 
 Random actions (a pool drawn up front), auto-reset on, and replicas spread
 over the episode (random start timesteps) so resets happen at their
@@ -19,7 +19,7 @@ import time
 import torch
 
 import gpusim
-from common import machine
+from benchmarks.common import machine
 from gpusim.backends import cuda_works
 from gpusim.envs.tag_continuous import reference
 

@@ -1,8 +1,8 @@
 """Env-only throughput of the MPE scenarios: gpusim side by side with JaxMARL, VMAS and mpe2.
 
-    python benchmarks/mpe_throughput.py --setup-peers .venv-peers   # once: the peers' venv
-    python benchmarks/mpe_throughput.py --peers .venv-peers          # the table
-    python benchmarks/mpe_throughput.py --quick                      # gpusim alone, fewer rows
+    python -m benchmarks.peers.mpe_throughput --setup-peers .venv-peers   # once: the peers' venv
+    python -m benchmarks.peers.mpe_throughput --peers .venv-peers         # the table
+    python -m benchmarks.peers.mpe_throughput --quick                     # gpusim alone, fewer rows
 
 simple_spread with 3 and 100 agents, simple_tag with mpe2's default (3
 adversaries, 1 good agent, 2 obstacles) and with 5 adversaries and 100 good
@@ -184,6 +184,7 @@ def worker(library, configs, replicas, seconds):
 
 # ---- the orchestrator --------------------------------------------------------------------
 def run_worker(python, library, args) -> list:
+    # by its path, not as a module: a worker imports nothing of this repository's but gpusim
     command = [python, __file__, "--worker", library, "--seconds", str(args.seconds),
                "--configs", *args.configs] + (["--quick"] if args.quick else [])
     done = subprocess.run(command, capture_output=True, text=True)
@@ -204,7 +205,7 @@ def setup_peers(directory: str):
 
 
 def print_table(rows, seconds):
-    from common import machine
+    from benchmarks.common import machine
     print(machine())
     for row in rows:
         if "versions" in row:

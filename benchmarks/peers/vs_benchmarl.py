@@ -1,15 +1,15 @@
 """gpusim's MAPPO and IPPO side by side with BenchMARL's on simple_spread.
 
-    python benchmarks/vs_benchmarl.py --setup-peer .venv-benchmarl     # once: the peer's venv
-    python benchmarks/vs_benchmarl.py --peer .venv-benchmarl           # the table
-    python benchmarks/vs_benchmarl.py --peer .venv-benchmarl --seeds 0 1 --steps 336000 \\
+    python -m benchmarks.peers.vs_benchmarl --setup-peer .venv-benchmarl   # once: the peer's venv
+    python -m benchmarks.peers.vs_benchmarl --peer .venv-benchmarl         # the table
+    python -m benchmarks.peers.vs_benchmarl --peer .venv-benchmarl --seeds 0 1 --steps 336000 \\
         --json vs_benchmarl.json
 
 Both sides train on the CPU on the same scenario: mpe2's / PettingZoo's
 simple_spread_v3 with 3 agents and 3 landmarks, 25-step episodes, local_ratio
 0.5, discrete actions. gpusim runs `python -m gpusim.train` with the env's
 recipe (`policy.critic=central` is MAPPO, `local` IPPO; the runs of
-`benchmarks/critics.py`); BenchMARL runs its MAPPO / IPPO with its own default
+`benchmarks/learning/critics.py`); BenchMARL runs its MAPPO / IPPO with its own default
 algorithm, model and experiment configs on its `pettingzoo/simple_spread`
 task, changed only where the comparison needs it: `max_cycles` 25 (its task
 file says 100), discrete actions (its experiment prefers continuous ones), the
@@ -121,6 +121,7 @@ def emit(row: dict):
 # ---- the orchestrator ------------------------------------------------------------------------
 def run_benchmarl(python: str, algorithm: str, seed: int, steps: int) -> dict:
     """One BenchMARL run in the peer's venv: the curve, throughput and whole-process wall."""
+    # by its path, not as a module: the worker imports nothing of this repository's
     command = [python, __file__, "--worker", "benchmarl", "--algorithm", algorithm,
                "--seed", str(seed), "--steps", str(steps)]
     start = time.perf_counter()
@@ -139,9 +140,9 @@ def run_benchmarl(python: str, algorithm: str, seed: int, steps: int) -> dict:
 
 
 def run_gpusim(critic: str, seed: int, steps: int, results: Path) -> dict:
-    """One gpusim run (benchmarks/critics.py's), plus the training clock of each point."""
-    from critics import train  # benchmarks/ is on sys.path (main)
-    from gpusim.training.trained.plot import read_metrics
+    """One gpusim run (benchmarks/learning/critics.py's), plus the training clock of each point."""
+    from benchmarks.learning.critics import train
+    from gpusim.training.trained.learning_curves import read_metrics
     run = train("simple_spread", critic, seed, steps, results)
     rows = read_metrics(next((results / f"{critic}_{seed}").glob("*/metrics.jsonl")).parent)
     run["clock"] = {r["env_steps"]: r["time_s"] for r in rows}
@@ -193,9 +194,8 @@ def main(argv=None):
         setup_peer(args.setup_peer)
         return
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from common import machine
-    from critics import at
+    from benchmarks.common import machine
+    from benchmarks.learning.critics import at
     print(machine())
     print(f"  gpusim: {gpusim_versions()}", flush=True)
     python = str(Path(args.peer) / "bin" / "python") if args.peer else None

@@ -1,7 +1,7 @@
 """gpusim against PPO compiled end to end by JAX, and against Stable-Baselines3's SAC, on the CPU.
 
-    python benchmarks/vs_jax.py --peers .venv-peers/bin/python
-    python benchmarks/vs_jax.py --peers .venv-peers/bin/python --rounds 1 --num_envs 32 \\
+    python -m benchmarks.peers.vs_jax --peers .venv-peers/bin/python
+    python -m benchmarks.peers.vs_jax --peers .venv-peers/bin/python --rounds 1 --num_envs 32 \\
         --solve_envs 32 --skip-sac
 
 The peers are never project dependencies: they live in a venv of their own,
@@ -84,10 +84,8 @@ from pathlib import Path
 BASE_ENV = {k: v for k, v in os.environ.items()
             if k not in ("GPUSIM_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")}
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine  # noqa: E402
+from benchmarks.common import ROOT, machine  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 TARGET = 475.0                 # cartpole: mean return over the last 100 finished episodes
 SOLVE_BUDGET = 499_712         # cartpole recipe's total_steps (also sets the annealing)
 ROLLOUT = 64
@@ -97,7 +95,7 @@ PEERS_VENV = ("python -m venv .venv-peers && .venv-peers/bin/pip install torch==
 DONE = re.compile(r"^done.*\(([\d,]+) steps/s\)", re.MULTILINE)
 
 # PPO on cartpole, both sides: gpusim's recipe (envs/cartpole/config.yaml over the defaults
-# of training/config.py and PPOConfig), spelled out so that neither side falls back to a
+# of training/run_config.py and PPOConfig), spelled out so that neither side falls back to a
 # default of its own. Keys are gpusim's; POLICY_KEYS go in the `policy` section.
 PPO_SETTINGS = {
     "rollout_len": ROLLOUT, "update_epochs": 4, "num_minibatches": 4,
@@ -151,7 +149,7 @@ def gpusim_sets(settings: dict) -> list:
 
 def run_gpusim(args: list, cache: str, seed: int) -> tuple:
     """One `python -m gpusim.train` process: (stdout, wall seconds, metrics rows)."""
-    from gpusim.training.trained.plot import read_metrics
+    from gpusim.training.trained.learning_curves import read_metrics
     env = dict(BASE_ENV, GPUSIM_CACHE_DIR=cache)
     with tempfile.TemporaryDirectory() as results:
         argv = [sys.executable, "-m", "gpusim.train", *args, "--backend", "cpu", "--quiet",

@@ -1,8 +1,8 @@
 """One command that proves the GPU path, writing a Markdown table and JSON.
 
-    python benchmarks/gpu_proof.py --out proof/          # on a GPU: about 8 minutes on an H100
-    python benchmarks/gpu_proof.py --only mission cartpole   # the steps whose names contain these
-    python benchmarks/gpu_proof.py --dry-run             # anywhere: every step exists and parses
+    python -m benchmarks.release.gpu_proof --out proof/              # on a GPU: about 8 minutes on an H100
+    python -m benchmarks.release.gpu_proof --only mission cartpole   # the steps whose names contain these
+    python -m benchmarks.release.gpu_proof --dry-run                 # anywhere: every step exists and parses
 
 Steps, each in its own process under its own timeout (a hang or a crash is
 its row, not the end of the proof; a training step that runs past its time
@@ -10,7 +10,7 @@ reports the last throughput it logged), each row with its wall time and the
 peak GPU memory torch allocated in it; proof.md and proof.json are rewritten
 after every step, so a run cut short keeps what it measured:
 - the `gpu`-marked tests (CUDA graphs captured and matching the eager steps among them);
-- benchmarks/train_throughput.py at 1,000 and 4,000 replicas (A2C [256, 256], rollout 100):
+- benchmarks/peers/train_throughput.py at 1,000 and 4,000 replicas (A2C [256, 256], rollout 100):
   gpusim with CUDA graphs vs WarpDrive 2.7.1 where it is installed, and the learner limit;
   `--profile`: launches per env step; beside the defaults, rows out of play weighed 0 (the
   update one graph) and 262,144-row chunks;
@@ -43,11 +43,8 @@ from pathlib import Path
 import torch
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine  # noqa: E402
+from benchmarks.common import ROOT, machine
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 GPU_TEST_FILES = ("tests/test_gpu.py", "tests/test_cuda_c_gpu.py")
 ENV_REPLICAS = (1000, 16000)
 GPU_BACKENDS = ("numba", "cuda_c")
@@ -59,11 +56,15 @@ VARIANTS = ["--variant", "trainer.out_of_play=weigh",
 @dataclass
 class Step:
     name: str
-    kind: str  # pytest | script | train | env_throughput | tag_1024
+    kind: str  # pytest | script (args: a benchmark's module, then its flags) | train | sweep
+    #            | env_throughput | tag_1024
     args: list = field(default_factory=list)
     timeout_s: int = 60
     cores: int | None = None  # pin to this many CPU cores (the 2-core comparison)
     default: bool = True  # in a run without --only
+
+
+TRAIN_THROUGHPUT = "benchmarks.peers.train_throughput"
 
 
 def train(*args, steps: int | None = None) -> list:
@@ -77,10 +78,10 @@ STEPS = [
     # run in step), so the rows out of play, which the update leaves out, are a cycle's;
     # beside the default: rows out of play weighed 0 (one update graph), and larger chunks
     Step("train throughput vs WarpDrive, 1,000", "script",
-         ["train_throughput.py", "--num_envs", "1000", "--iterations", "5", "--profile",
+         [TRAIN_THROUGHPUT, "--num_envs", "1000", "--iterations", "5", "--profile",
           "--eager_too", "--skip", "recipe", "auto_scale", *VARIANTS], 180),
     Step("train throughput, 4,000", "script",
-         ["train_throughput.py", "--num_envs", "4000", "--iterations", "5",
+         [TRAIN_THROUGHPUT, "--num_envs", "4000", "--iterations", "5",
           "--skip", "warpdrive", "recipe", "auto_scale", "limit", *VARIANTS], 120),
     Step("mission: tag_continuous --auto_scale", "train",
          ["--env", "tag_continuous", "--auto_scale"], 200),
@@ -89,11 +90,11 @@ STEPS = [
     Step("cartpole, 2 CPU cores", "train", train("--env", "cartpole", "--backend", "cpu"), 45,
          cores=2),
     Step("A2C 16,000 x 100", "script",
-         ["train_throughput.py", "--num_envs", "16000", "--iterations", "1",
+         [TRAIN_THROUGHPUT, "--num_envs", "16000", "--iterations", "1",
           "--skip", "warpdrive", "recipe", "auto_scale", "limit"], 60),
     # a league (--only league): its rollout graph with snapshot opponents, against plain A2C
     Step("league throughput, 1,000", "script",
-         ["train_throughput.py", "--num_envs", "1000", "--iterations", "5",
+         [TRAIN_THROUGHPUT, "--num_envs", "1000", "--iterations", "5",
           "--skip", "warpdrive", "recipe", "auto_scale", "limit",
           "--variant", "trainer.league=true"], 120, default=False),
     Step("gpu tests, all", "pytest", ["-q", "-m", "gpu", *GPU_TEST_FILES], 180, default=False),
@@ -164,18 +165,19 @@ def run_tag_1024(dry: bool) -> list:
 
 
 def run_script(args: list, dry: bool) -> list:
-    script = HERE / args[0]
+    """`python -m MODULE ARGS --json FILE` (args: MODULE, then ARGS) in this process: its rows."""
+    module = args[0]
     if dry:
-        help_text = subprocess.run([sys.executable, str(script), "--help"], capture_output=True,
-                                   text=True, check=True).stdout
+        help_text = subprocess.run([sys.executable, "-m", module, "--help"], cwd=ROOT,
+                                   capture_output=True, text=True, check=True).stdout
         unknown = [a for a in args[1:] if a.startswith("--") and a not in help_text]
         if unknown:
-            raise SystemExit(f"{script.name} does not take {', '.join(unknown)}")
+            raise SystemExit(f"{module} does not take {', '.join(unknown)}")
         return []
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        sys.argv = [str(script), *args[1:], "--json", out.name]
+        sys.argv = [module, *args[1:], "--json", out.name]
         try:
-            runpy.run_path(str(script), run_name="__main__")
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
         except SystemExit as exc:
             if exc.code:
                 raise
@@ -185,7 +187,7 @@ def run_script(args: list, dry: bool) -> list:
 def run_train(args: list, dry: bool) -> list:
     """`python -m gpusim.train ARGS` into the step's run folder: its last metrics, what
     auto-scale picked and why, and the evaluation's pairings."""
-    from gpusim.training import cli
+    from gpusim.training import train_cli as cli
     runs = Path(os.environ.get("GPU_PROOF_RUNS") or tempfile.mkdtemp(prefix="gpu-proof-"))
     argv = [*args, "--results_dir", str(runs)]
     if dry:
@@ -230,7 +232,7 @@ def run_sweep(dry: bool) -> list:
     from gpusim.envs import env_class
     from gpusim.scale.device import DeviceContext
     from gpusim.training.autoscale.trials import measure_training
-    from gpusim.training.config import load_run_config
+    from gpusim.training.run_config import load_run_config
     from gpusim.training.loop import Trainer
     from gpusim.training.replicas import follow
     cls = env_class("tag_continuous")
@@ -287,7 +289,7 @@ def launch(step: Step, dry: bool, logs: Path) -> dict:
     index = STEPS.index(step)
     result = logs / f"step{index}.json"
     runs = logs / f"step{index}-runs"
-    command = [sys.executable, str(Path(__file__).resolve()), "--step", str(index),
+    command = [sys.executable, "-m", __spec__.name, "--step", str(index),
                "--result", str(result)] + (["--dry-run"] if dry else [])
     env = dict(os.environ, GPU_PROOF_RUNS=str(runs), PYTHONUNBUFFERED="1")
     start = time.perf_counter()

@@ -1,9 +1,9 @@
 """The times the README states, measured as a new user meets them: the README's commands,
 each a fresh process, wall time from start to exit.
 
-    python benchmarks/readme_figures.py                 # the training commands
-    python benchmarks/readme_figures.py --tests         # and the test suite: default, then slow
-    python benchmarks/readme_figures.py --only SAC      # the rows whose name holds SAC
+    python -m benchmarks.release.readme_figures              # the training commands
+    python -m benchmarks.release.readme_figures --tests      # and the test suite: default, then slow
+    python -m benchmarks.release.readme_figures --only SAC   # the rows whose name holds SAC
 
 - the main job (`python -m gpusim.train --env tag_continuous`) twice: first with an
   empty compile cache (a first run: every kernel compiles), then again (loads them);
@@ -27,12 +27,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine  # noqa: E402
+from benchmarks.common import ROOT, machine
 
-ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = {  # name -> gpusim.train arguments (the README's commands)
     "tag_continuous (main job)": ["--env", "tag_continuous"],
     "cartpole": ["--env", "cartpole"],

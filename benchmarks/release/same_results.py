@@ -1,8 +1,10 @@
 """Do two checkouts train alike? The first iterations' losses and returns, case by case.
 
-    python benchmarks/same_results.py run --out new.json             # in this checkout
-    (another checkout's python) benchmarks/same_results.py run --out old.json
-    python benchmarks/same_results.py compare old.json new.json
+    python -m benchmarks.release.same_results run --out new.json                 # this checkout
+    OTHER/.venv/bin/python -m benchmarks.release.same_results run --out old.json   # another
+    python -m benchmarks.release.same_results compare old.json new.json
+
+(each from this checkout's root; `run` trains with the gpusim of the python that runs it)
 
 `run` trains each case through the command line as a user would (`python -m
 gpusim.train ... --quiet`, the cpu backend, one torch thread, compile off, a
@@ -74,7 +76,9 @@ CASES = {
 SKIPPED = ("time", "env_steps_per_s", "time_share")
 
 
-def run_case(env: str, sets: list, steps: int, out_dir: Path) -> list:
+def run_case(env: str, sets: list, steps: int, folder: Path) -> list:
+    out_dir = folder / "runs"
+    out_dir.mkdir()
     command = [sys.executable, "-m", "gpusim.train", "--env", env, "--backend", "cpu",
                "--seed", "3", "--total_steps", str(steps), "--results_dir", str(out_dir),
                "--quiet", "--set", "trainer.torch_threads=1", "--set", "trainer.compile=off",
@@ -82,7 +86,9 @@ def run_case(env: str, sets: list, steps: int, out_dir: Path) -> list:
                "--set", "trainer.final_eval_episodes=0"]
     for item in sets:  # a flag as typed ("--num_envs=32"), else a config key
         command += item.split("=", 1) if item.startswith("--") else ["--set", item]
-    done = subprocess.run(command, capture_output=True, text=True)
+    # run from an empty folder: `-m gpusim.train` then imports the gpusim of this python's
+    # install, not one in the working folder (this checkout's, when the other's python runs)
+    done = subprocess.run(command, cwd=folder, capture_output=True, text=True)
     if done.returncode != 0:  # kept as the case's result: `compare` names it
         return [{"error": f"exit {done.returncode}: {done.stderr.strip().splitlines()[-1]}"}]
     (run_dir,) = out_dir.iterdir()

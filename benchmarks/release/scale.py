@@ -1,8 +1,8 @@
 """Scaling benchmark: the default config vs `--auto_scale`, and 1 vs 2 processes.
 
-    python benchmarks/scale.py                        # tag_continuous on this machine
-    python benchmarks/scale.py --memory_budget 2GiB --total_steps 200000
-    python benchmarks/scale.py --backend numba --num_procs 2   # on a GPU machine
+    python -m benchmarks.release.scale                                 # tag_continuous on this machine
+    python -m benchmarks.release.scale --memory_budget 2GiB --total_steps 200000
+    python -m benchmarks.release.scale --backend numba --num_procs 2   # on a GPU machine
 
 Every row is a real `python -m gpusim.train` run in a subprocess, on the same
 machine in the same invocation. Throughput is env steps per second over all
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from common import machine
+from benchmarks.common import machine
 
 
 def train(args, extra, results) -> dict:

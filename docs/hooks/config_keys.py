@@ -2,8 +2,8 @@
 
 docs/config.md holds a marker; this hook replaces it with one table per config section
 (every key, its default and its meaning), rendered from the text that
-`python -m gpusim.train --help` prints (`training.config.config_reference()`, which reads the
-config dataclasses), so the page cannot drift from the code.
+`python -m gpusim.train --help` prints (`training.run_config.config_reference()`, which reads
+the config dataclasses), so the page cannot drift from the code.
 """
 from __future__ import annotations
 
@@ -56,5 +56,5 @@ def config_markdown(reference: str) -> str:
 def on_page_markdown(markdown: str, page, **kwargs) -> str:
     if MARKER not in markdown:
         return markdown
-    from gpusim.training.config import config_reference
+    from gpusim.training.run_config import config_reference
     return markdown.replace(MARKER, config_markdown(config_reference()))

@@ -7,7 +7,7 @@ same source compiled with numba's bounds checks (separate compile-cache
 entries: a run's kernels stay unchecked). A checked kernel keeps a copy of
 its inputs; when numba raises its bare IndexError ("index is out of
 bounds"), the launch is replayed in Python from that copy
-(gpusim.check.replay), which finds the access and raises `KernelFault`: one
+(gpusim.check.kernel_replay), which finds the access and raises `KernelFault`: one
 line naming the array, the index, the agent and replica, the phase, and the
 source line.
 """
@@ -19,8 +19,8 @@ import numpy as np
 
 from gpusim.backends.base import Kernel
 from gpusim.backends.cpu import CPUBackend
+from gpusim.check.kernel_replay import KernelFault, ReplayStopped, recorded_arrays, replay
 from gpusim.check.recorder import Recorder
-from gpusim.check.replay import KernelFault, ReplayStopped, recorded_arrays, replay
 from gpusim.errors import GpusimError
 
 

@@ -2,7 +2,7 @@
 Failure with its FAIL message.
 
 attributes, reset, determinism and backends work on the env; seeding, step, finite,
-auto_reset and reference only read what gpusim.check.rollout recorded.
+auto_reset and reference only read what gpusim.check.rollout_facts recorded.
 """
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from gpusim import masks, spaces
 from gpusim.check.compare import (first_index, index_text, lockstep, one_line, tensor_problems,
                                   value_text)
 from gpusim.check.bounds import name_faults
-from gpusim.check.replay import KernelFault
-from gpusim.check.rollout import SENTINEL
+from gpusim.check.kernel_replay import KernelFault
+from gpusim.check.rollout_facts import SENTINEL
 
 _FRESH_MAX_ENVS = 64  # replicas of the fresh instances built for determinism
 

@@ -1,5 +1,5 @@
 """check_env's `races` check: the reset and steps of its rollout replayed thread by thread
-over recording arrays (gpusim.check.replay), against the race rules of
+over recording arrays (gpusim.check.kernel_replay), against the race rules of
 docs/env_phases.md ("Avoiding races"):
 
 1. Between two barriers (within one phase), an entry one thread writes is read or
@@ -24,8 +24,8 @@ import torch
 
 from gpusim import rng
 from gpusim.check.compare import as_numpy
+from gpusim.check.kernel_replay import KernelFault, ReplayStopped, recorded_arrays, replay
 from gpusim.check.recorder import Recorder
-from gpusim.check.replay import KernelFault, ReplayStopped, recorded_arrays, replay
 
 BUDGET = 300_000  # recorded accesses (about a microsecond each) past which steps are skipped
 

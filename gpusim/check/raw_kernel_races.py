@@ -26,8 +26,8 @@ from numba.cuda.simulator import jit as sim_jit
 from numba.np import numpy_support
 from numba.cuda.simulator.kernel import _get_kernel_context
 
+from gpusim.check.kernel_replay import python_copy
 from gpusim.check.recorder import Recorded, Recorder, array_meta, index_text, site, site_text
-from gpusim.check.replay import python_copy
 
 
 class ThreadRecorder(Recorder):

@@ -30,7 +30,7 @@ import numpy as np
 # Files whose frames never name where an access is: the recorder's, the replay's,
 # gpusim's RNG helpers (a race in rng_state is the caller's line).
 _SKIP_FILES = {os.path.join(os.path.dirname(__file__), name)
-               for name in ("recorder.py", "replay.py", "raw.py")}
+               for name in ("recorder.py", "kernel_replay.py", "raw_kernel_races.py")}
 _SKIP_FILES.add(os.path.join(os.path.dirname(os.path.dirname(__file__)), "rng.py"))
 
 

@@ -14,7 +14,8 @@ ONE_WEEK_S = 7 * 24 * 3600  # longest wait accepted: longer ones overflow dateti
 
 @dataclass(frozen=True)
 class ScaleConfig:
-    """Multi-process runs and `--auto_scale` (gpusim.scale.search, gpusim.training.autoscale.search)."""
+    """Multi-process runs and `--auto_scale` (gpusim.scale.size_search, the generic
+    searches, and gpusim.training.autoscale.auto_scale, their training trials)."""
     objective: str = "auto"          # time_to_score: the least predicted time to the
                                      # recipe's score; throughput: the fastest training;
                                      # memory: the largest num_envs, then rollout_len, that

@@ -1,5 +1,8 @@
 """Auto-scaling searches: the fastest size, or the largest that fits the device.
 
+The generic layer of auto-scaling: it knows no training. Its trials are callables
+(training.autoscale.auto_scale gives it short training runs and env builds).
+
 - `fastest` (the throughput objective) starts at the config's value and
   steps geometrically (x4) while each step fits the memory measured so far
   and gains at least `saturation` per doubling, then refines the last

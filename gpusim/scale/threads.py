@@ -6,7 +6,7 @@ when one parallel region holds enough work to hide waking it, and on a
 shared CPU it can cost more than it gains: a region waits for its slowest
 thread, and a thread whose core another process holds is slow. So a pool
 gets one thread unless its work is large (the thresholds below, measured
-with `benchmarks/threads.py`), and never more than the cores the process
+with `benchmarks/calibrations/threads.py`), and never more than the cores the process
 may use (affinity, cgroup quota, shared by the processes of this machine).
 
 What the user sets wins over the work: `trainer.torch_threads` (the

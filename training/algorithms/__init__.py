@@ -1,7 +1,7 @@
-"""The algorithms by name: `ALGORITHMS`, the one table from `trainer.algorithm` to an `Algorithm` (base.py) with its own config dataclass (`Config`: its `trainer` keys)."""
+"""The algorithms by name: `ALGORITHMS`, the one table from `trainer.algorithm` to an `Algorithm` (algorithm.py) with its own config dataclass (`Config`: its `trainer` keys)."""
 from __future__ import annotations
 
-from .base import Algorithm
+from .algorithm import Algorithm
 from .ddpg import DDPG
 from .ppo import A2C, PPO
 from .sac import SAC

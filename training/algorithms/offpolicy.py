@@ -23,7 +23,7 @@ finished replica and bootstrap across truncations but not terminations
 
 With several processes each keeps its own replay shard and its own
 replicas; one gradient step draws `batch_size` transitions from the union of
-the shards (training.replay: each shard supplies its share, so sampling is
+the shards (training.replay_buffer: each shard supplies its share, so sampling is
 that of one global buffer), each loss is a sum over the rank's samples
 divided by `batch_size`, and gradients are summed across ranks, so every
 rank takes the same step and the models stay identical.
@@ -39,7 +39,7 @@ from gpusim.config import require
 from gpusim.errors import ConfigError, GpusimError
 
 from ..population.members import Members
-from .base import Algorithm
+from .algorithm import Algorithm
 from .offpolicy_build import build
 from .offpolicy_networks import NetsOn, OffPolicyModel
 

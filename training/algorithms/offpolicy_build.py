@@ -19,7 +19,7 @@ import torch
 
 from ..actors import Actors
 from ..collectives import LOCAL, TorchCollectives
-from ..replay import ReplayBuffer
+from ..replay_buffer import ReplayBuffer
 from ..speed.acceleration import MaybeCompiled
 from ..speed.descent import Adam, CompiledDescent, EagerDescent
 from ..speed.graphs import StepGraph

@@ -26,7 +26,7 @@ import torch
 from ..actors import Actors, UniformPolicy
 from ..population.members import member_config, noise_generator
 from ..population.stacked import StackedPolicy
-from ..replay import Batch, ReplayBuffer
+from ..replay_buffer import Batch, ReplayBuffer
 from ..speed.descent import Adam, adam_update
 from .offpolicy_networks import NetsOn, OffPolicyGroup, Optimizers
 

@@ -14,7 +14,7 @@ in every replica in one call. A feature that needs code shows as an `if` on what
 run has: a central critic (`self.central`: the critic sees the replica's global state,
 MAPPO), recurrent policies (`self.bptt_len`: sequences of that many steps), action masks
 (`buffer.masks`), per-agent done (`self.per_agent_done`: rows out of play weigh 0 or are
-left out), a league (`self.league`: training.league.pools). A truncated replica's reward
+left out), a league (`self.league`: training.league.self_play). A truncated replica's reward
 gets gamma * V(final state) (rollout.TruncationBootstrap).
 
 How fast it runs is chosen once, in training.speed.wrap, around these same methods: on
@@ -32,16 +32,16 @@ from gpusim.errors import GpusimError
 
 from .. import losses
 from ..actors import Actors
-from ..league.pools import League
+from ..league.self_play import League
 from ..losses import take
 from ..models import make_model
 from ..noise_scale import NoiseScale
 from ..speed.descent import Adam
 from ..speed.wrap import chunked_step, ddp, wrap_ppo
-from .base import Algorithm
+from .algorithm import Algorithm
 from .ppo_config import (CPU_COMPILE_MIN_STEPS, A2CConfig, PPOConfig, check_for_env,
                          sequence_length)
-from .rollout import PolicyBuffer, TruncationBootstrap, buffer_bytes, mask_width
+from .ppo_buffer import PolicyBuffer, TruncationBootstrap, buffer_bytes, mask_width
 
 
 class Policy:

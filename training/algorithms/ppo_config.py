@@ -41,7 +41,7 @@ class PPOConfig:
                                    # iterations, before the update (training.noise_scale);
                                    # 0: never
     league: bool = False           # self-play against pools of each policy's past selves (envs
-                                   # with two or more policies: training.league.pools)
+                                   # with two or more policies: training.league.self_play)
     league_snapshot_every: int = 10  # league: updates between snapshots into each pool
     league_capacity: int = 8       # league: snapshots each policy's pool holds
     league_eviction: str = "oldest"  # league: what a full pool drops: oldest | lowest (the
@@ -58,7 +58,7 @@ class PPOConfig:
     league_scripted: bool = False  # league: each pool also holds the env's scripted policies
                                    # of its side (gpusim.scripted), drawn as snapshots are; a
                                    # frozen side then plays those alone
-    # every policy key applies (training.config.check_policy_keys)
+    # every policy key applies (training.run_config.check_policy_keys)
     policy_keys: ClassVar[frozenset] = frozenset(
         ("hidden_sizes", "activation", "state_dependent_std", "log_std_init", "recurrent",
          "recurrent_size", "bptt_len", "critic"))

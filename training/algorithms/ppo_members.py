@@ -24,8 +24,8 @@ from ..population.members import Members, noise_generator
 from ..population.stacked import StackedPolicy, check_stack_fits
 from ..speed.descent import Adam
 from .ppo import PPO, Policy, rows_of
+from .ppo_buffer import PolicyBuffer
 from .ppo_config import A2CConfig, check_for_env, run_config
-from .rollout import PolicyBuffer
 
 
 class PopulationPPO(PPO):

@@ -1,1 +1,1 @@
-"""`--auto_scale`: the searches (search) over training trials (trials), by throughput or by time to a score (to_score)."""
+"""`--auto_scale`, the training layer of auto-scaling: the objectives (auto_scale) run gpusim.scale.size_search's generic searches over training trials (trials), by throughput or by time to a score (to_score)."""

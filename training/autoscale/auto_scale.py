@@ -1,5 +1,8 @@
 """`--auto_scale`: size a run to its device before training starts.
 
+The training layer of auto-scaling: it builds the trials (training runs, env builds)
+that the generic searches of gpusim.scale.size_search pick among.
+
 Whatever the objective, a size is the config at that many replicas with what follows
 them (training.replicas: the rollout shortens to hold the recipe's batch down to a
 floor, then minibatches of the recipe's size are added, and the budget keeps the
@@ -44,13 +47,13 @@ import torch
 from gpusim.check.compare import actions_to, random_actions
 from gpusim.errors import GpusimError
 from gpusim.scale import distributed as dist
-from gpusim.scale.search import Searcher
+from gpusim.scale.size_search import Searcher
 from gpusim.sizes import format_size, parse_size
 
 from .. import replicas
 from ..algorithms import ALGORITHMS, algorithm_class
-from ..config import RunConfig
 from ..loop import Trainer
+from ..run_config import RunConfig
 from .to_score import to_score
 from .trials import compiles_so_far, training_trial
 

@@ -17,7 +17,7 @@ anchored at the recipe's budget; B_noise is `scale.noise_scale`, or measured in 
 trial at initialisation (smaller than later in a run), and the search says which.
 
 The sizes tried are those E was measured at (the recipe's num_envs x each k of its
-table), or, with the noise-scale model, doublings. The search (gpusim.scale.search.quickest)
+table), or, with the noise-scale model, doublings. The search (gpusim.scale.size_search.quickest)
 measures from the recipe's num_envs down and up while the prediction improves, and picks,
 among the sizes predicted within `scale.slack` of the quickest, the one nearest the
 recipe: steady from run to run. Every trial times the same steps of its episodes (the
@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gpusim.errors import GpusimError
-from gpusim.scale.search import doublings
+from gpusim.scale.size_search import doublings
 
 from .. import env_steps
 from ..loop import Trainer

@@ -14,8 +14,8 @@ import time
 
 from gpusim.errors import GpusimError
 
-from ..config import load_run_dir_config
 from ..loop import Trainer
+from ..run_config import load_run_dir_config
 from ..signals import Stopped
 from .crossplay import cross_play, mean_ci, paired
 from .players import Player, Run, acting_copy

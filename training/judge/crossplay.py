@@ -5,7 +5,7 @@ replicas of one env; all cells of a rectangle of the matrix step together (tiles
 most `max_replicas` replicas), each policy's players stacked (league_players'
 `StackedPlayers`), so a step is one batched product per policy.
 
-Which episodes count is fixed before any ends, as in training.trained.evaluate: replica k of a
+Which episodes count is fixed before any ends, as in training.trained.evaluation: replica k of a
 cell counts its first `quota[k]` episodes (the cell's episodes dealt round-robin), so
 short episodes are not favoured. Every cell's replicas draw from the same RNG streams
 (those of replicas 0 .. per_cell - 1 of `seed`): the same starts and, for discrete
@@ -24,7 +24,7 @@ import torch
 
 from gpusim import rng
 
-from ..trained.evaluate import mean_ci as evaluate_mean_ci, play_counted
+from ..trained.evaluation import mean_ci as evaluate_mean_ci, play_counted
 from .players import StackedPlayers
 
 OUTCOME = "outcome"  # a cell's key for its episodes' outcome values (no policy's name)

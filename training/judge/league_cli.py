@@ -27,11 +27,11 @@ from pathlib import Path
 
 import torch
 
+from gpusim.arguments import ArgumentParser, int_in
 from gpusim.errors import GpusimError, writing
 from gpusim.scale.device import DeviceContext
 from gpusim.scale.threads import Work
 
-from ..arguments import ArgumentParser, int_in
 from ..work import run_work
 from . import best_response as br
 from . import ratings, transitivity

@@ -5,7 +5,7 @@ action distribution on that observation, a league pool's the mixture of its snap
 What a pair of strategies is worth is the game's own business (biased_rps: its
 `equilibrium.exploitability`); this module only reads networks: a run's final ones
 (training.trained.policies), its kept snapshots (training.records.snapshots) and its league pools
-(training.league.pools's `Pool`, loaded from the checkpoint and weighted as the league drew).
+(training.league.self_play's `Pool`, loaded from the checkpoint and weighted as the league drew).
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import torch
 from gpusim.envs import make
 from gpusim.errors import GpusimError
 
-from ..league.pools import Pool
+from ..league.opponents import Pool
 from ..records import snapshots
 from .players import Run, acting_copy
 

@@ -1,7 +1,7 @@
 """The players of `python -m gpusim.league`: networks of a two-policy env, per side.
 
 A league run's players are, per policy, the snapshots its checkpoint's pool holds
-(training.league.pools's `Pool`: each labelled by the update it was taken at, `u30`) and
+(training.league.self_play's `Pool`: each labelled by the update it was taken at, `u30`) and
 its final network (`final`). Several runs' players are their final networks, one per
 run and side (labelled A, B, ...): run A's taggers against run B's runners, and so on.
 Only the acting part of each network is kept (training.trained.policies.acting_part).
@@ -22,9 +22,9 @@ from gpusim.config import to_dict
 from gpusim.errors import GpusimError
 from gpusim.scripted import scripted_policies
 
-from ..config import load_run_dir_config
 from ..population.stacked import StackedPolicy, flat_name
 from ..records import checkpoint, snapshots
+from ..run_config import load_run_dir_config
 from ..trained import policies as trained
 
 STACKABLE = ("ppo", "a2c")  # their actor-critics take a leading player dim (members_lead)

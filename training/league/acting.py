@@ -1,4 +1,4 @@
-"""How a policy acts in a league (training.league.pools): its learner network in the replicas
+"""How a policy acts in a league (training.league.self_play): its learner network in the replicas
 where it learns, and in each frozen replica the snapshot drawn when that replica's
 episode started, kept until the episode ends.
 

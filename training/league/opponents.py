@@ -1,4 +1,4 @@
-"""One policy's opponents in a league (training.league.pools): its snapshots, stacked, and
+"""One policy's opponents in a league (training.league.self_play): its snapshots, stacked, and
 the env's scripted policies for that side where the run asks (`league_scripted`).
 
 Slots 0..capacity-1 hold copies of the policy's network, frozen, stacked as a

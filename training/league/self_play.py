@@ -24,7 +24,7 @@ win rates are device tensors. So a rollout stays one CUDA graph and reads
 nothing on the host. A win, for the learner of a replica, is an episode the env's
 declared outcome says it won (gpusim.outcome); without one, an episode whose return
 beats that learner's running mean return in its league games: a scale-free outcome
-every env has (training.league.outcome).
+every env has (training.league.wins).
 """
 from __future__ import annotations
 
@@ -37,8 +37,8 @@ from gpusim.scripted import scripted_policies
 
 from ..population.stacked import check_stack_fits
 from .acting import LeagueActor
-from .outcome import LeagueOutcome
-from .pool import Pool
+from .opponents import Pool
+from .wins import LeagueOutcome
 
 DECAY = 0.98  # per update: how fast a snapshot's win statistics forget older games
 

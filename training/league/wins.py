@@ -1,4 +1,4 @@
-"""Who won a league game (training.league.pools's win statistics, which PFSP and `lowest`
+"""Who won a league game (training.league.self_play's win statistics, which PFSP and `lowest`
 eviction read): the env's declared outcome (gpusim.outcome), else the learner's return.
 
 Per frozen replica, the learner is the policy of that replica's matchup. The env's

@@ -1,1 +1,1 @@
-"""What uses a finished run: trained policies loaded anywhere (policies), members as runs (member_runs), evaluate, export, render, plot."""
+"""What uses a finished run: trained policies loaded anywhere (policies), members as runs (member_runs), evaluated (evaluation), exported (network_export), watched (animation), plotted (learning_curves), upgraded (run_upgrade)."""

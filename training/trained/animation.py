@@ -16,12 +16,12 @@ from pathlib import Path
 
 import torch
 
+from gpusim.arguments import ArgumentParser, int_in, output_file
 from gpusim.envs import env_class
 from gpusim.errors import GpusimError, writing
 from ..actors import Actors
-from ..arguments import ArgumentParser, int_in, output_file
-from ..config import load_run_dir_config
-from .evaluate import load_policies
+from ..run_config import load_run_dir_config
+from .evaluation import load_policies
 
 ANIMATIONS = (".gif", ".mp4")
 MAX_STEPS = 100_000  # frames are kept on the device, then drawn one by one

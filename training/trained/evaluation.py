@@ -35,12 +35,12 @@ from pathlib import Path
 
 import torch
 
+from gpusim.arguments import ArgumentParser, int_in
 from gpusim.errors import GpusimError, writing
 from gpusim.scripted import scripted_policies
 
 from ..actors import Actors
-from ..arguments import ArgumentParser, int_in
-from ..config import load_run_dir_config
+from ..run_config import load_run_dir_config
 from . import member_runs as members
 from . import policies as trained
 

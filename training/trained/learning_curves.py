@@ -11,12 +11,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from gpusim.arguments import ArgumentParser
 from gpusim.errors import GpusimError, writing
 
-from ..arguments import ArgumentParser
-from ..config import load_run_dir_config
 from ..population import members as population
 from ..records import metrics
+from ..run_config import load_run_dir_config
 from . import member_runs as members
 
 

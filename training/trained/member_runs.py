@@ -17,11 +17,11 @@ import yaml
 
 from gpusim.errors import GpusimError, writing
 
-from ..config import load_run_dir_config
 from ..population import members as population
 from ..population.members import member_config
 from ..population.stacked import unflat_name
 from ..records import checkpoint
+from ..run_config import load_run_dir_config
 
 
 def is_population(run_dir) -> bool:

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import torch
 
+from gpusim.arguments import ArgumentParser
 from gpusim.errors import GpusimError, describe, writing
 
-from ..arguments import ArgumentParser
 from .policies import load_policies
 
 FORMATS = {"onnx": ".onnx", "torchscript": ".pt"}

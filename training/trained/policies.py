@@ -10,7 +10,7 @@ the acting part is loaded; critics, target networks and SAC's temperature are
 dropped, so a central critic's input size never matters here.
 
 `ActingNetwork` is a policy's deterministic action as a module: what
-`act(..., deterministic=True)` runs, and what training.trained.export writes.
+`act(..., deterministic=True)` runs, and what training.trained.network_export writes.
 """
 from __future__ import annotations
 
@@ -25,9 +25,9 @@ from torch import nn
 from gpusim.errors import GpusimError, describe
 
 from ..algorithms import algorithm_class
-from ..config import load_run_dir_config
 from ..population import members as population
 from ..records import checkpoint
+from ..run_config import load_run_dir_config
 from . import member_runs as members
 
 # Submodules and parameters that training needs and acting does not: the critics (of

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import torch
 
+from gpusim.arguments import ArgumentParser
 from gpusim.config import load_yaml
 from gpusim.envs import env_class
 from gpusim.errors import GpusimError, writing
 
-from ..arguments import ArgumentParser
-from ..config import check_complete, load_run_config
 from ..records import checkpoint, migrations
 from ..records.logger import lock_run_dir
+from ..run_config import check_complete, load_run_config
 
 
 def upgrade(run_dir) -> list:

@@ -1,0 +1,1 @@
+"""Calibrations: the measurements behind constants and design choices in the code."""

@@ -1,0 +1,1 @@
+"""Learning experiments: what training reaches, and how fast, under one change at a time."""

@@ -1,0 +1,1 @@
+"""Comparisons with peers: gpusim beside other libraries on the same work."""

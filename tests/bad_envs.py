@@ -1,4 +1,4 @@
-"""Custom envs with one mistake each, for tests/test_bad_inputs.py (`--env bad_envs:Name`).
+"""Custom envs with one mistake each, for tests/training/test_bad_inputs.py (`--env bad_envs:Name`).
 
 `Good` is a tiny correct env (agents count up to 5, then the replica is
 truncated); every other class changes one thing. All share `Good`'s phases

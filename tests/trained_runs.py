@@ -1,5 +1,5 @@
 """Tiny trained runs of every algorithm and policy kind, for the tests of loading, evaluating
-and exporting trained policies (tests/test_policies.py, tests/test_export.py).
+and exporting trained policies (tests/training/test_policies.py, tests/training/test_export.py).
 
 `TrainedRuns(root).get(kind)` trains a run of `kind` once (a few hundred env steps, in
 this process) and returns its run directory.

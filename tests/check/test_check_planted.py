@@ -12,7 +12,7 @@ from gpusim.check import check_env
 from planted_env import (NAN_REWARD, NARROW_OBS, OK, RACE, WIDE_OBS, ZERO_BY_ZERO, chase,
                          pursuit)
 
-SOURCE = (Path(__file__).parent / "planted_env.py").read_text().splitlines()
+SOURCE = (Path(__file__).parents[1] / "planted_env.py").read_text().splitlines()
 
 
 def at(code: str) -> str:

@@ -17,7 +17,7 @@ from gpusim.scale import threads
 from gpusim.scale.device import DeviceContext
 from gpusim.scale.threads import Work, plan
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BIG = Work(rollout_macs=2 ** 31, update_macs=2 ** 31, env_obs_values=2 ** 20)
 
 

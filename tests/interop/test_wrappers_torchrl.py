@@ -20,7 +20,7 @@ from torchrl.envs.utils import check_env_specs  # noqa: E402
 
 from gpusim.wrappers.torchrl import TorchRLEnv, to_torchrl  # noqa: E402
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "interop.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "interop.md"
 TAG = dict(num_taggers=2, num_runners=3, num_other_agents_observed=2, episode_length=15)
 # a small arena and a wide tag radius: runners are tagged (and leave play) within a few steps
 TAGGY = dict(TAG, episode_length=40, grid_length=2.0, tagging_distance=0.2)

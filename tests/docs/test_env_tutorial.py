@@ -17,7 +17,7 @@ import numba
 import pytest
 import torch
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "custom_env.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "custom_env.md"
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 EDIT = re.compile(r"^# ([\w/.]+): replace\n(.*?)^# with\n(.*)", re.S | re.M)
 

@@ -17,7 +17,7 @@ def written(tmp_path, data) -> str:
 
 def test_the_shipped_tables_are_well_formed():
     from pathlib import Path
-    files = sorted((Path(__file__).parents[1] / "envs").glob("*/env_steps.yaml"))
+    files = sorted((Path(__file__).parents[2] / "envs").glob("*/env_steps.yaml"))
     assert files and all(tables(str(f)) for f in files)
 
 

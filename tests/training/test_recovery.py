@@ -20,7 +20,7 @@ from gpusim.training.records.logger import lock_run_dir
 from gpusim.training.records.tensorboard import read_scalars
 from gpusim.training.run_config import load_run_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TIME_KEYS = ("time_s", "env_steps_per_s", "time_share/env", "time_share/forward",
              "time_share/update")
 CARTPOLE = ["--env", "cartpole", "--backend", "cpu", "--num_envs", "8", "--rollout_len", "32",

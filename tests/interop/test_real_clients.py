@@ -19,7 +19,7 @@ from gpusim.training.trained import evaluation
 pytest.importorskip("gymnasium")
 pytest.importorskip("mpe2")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 INTEROP = (ROOT / "docs" / "interop.md").read_text()
 GETTING_STARTED = (ROOT / "docs" / "getting-started.md").read_text()
 CARTPOLE = ["--env", "cartpole", "--backend", "cpu", "--quiet"]

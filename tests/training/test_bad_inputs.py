@@ -37,7 +37,7 @@ from gpusim.training.records.logger import lock_run_dir
 from gpusim.training.run_config import load_run_config
 from gpusim.training.trained import animation, evaluation, learning_curves, network_export
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CARTPOLE = ["--env", "cartpole", "--backend", "cpu"]
 SMALL = ["--num_envs", "4", "--rollout_len", "8", "--total_steps", "32", "--quiet"]
 SAC = ["--env", "pendulum", "--algorithm", "sac", "--backend", "cpu"]

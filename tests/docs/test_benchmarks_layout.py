@@ -4,7 +4,7 @@ exist. Helpers (`common.py`) lie in benchmarks/ itself, scripts one folder down.
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = ROOT / "benchmarks"
 README = BENCHMARKS / "README.md"
 

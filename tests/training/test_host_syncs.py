@@ -47,7 +47,7 @@ def reads_per_iteration(name, num_envs, rollout_len, **overrides):
         "trainer.rollout_len": rollout_len, "trainer.target_return": None,
         "trainer.total_steps": 10**6, "trainer.torch_threads": 1,
         # (a run this long would compile its learner: that is the compile tests' business,
-        # tests/test_fused.py, and costs a minute of C++ compiles per case from a cold cache)
+        # tests/training/test_fused.py, and costs a minute of C++ compiles per case from a cold cache)
         "trainer.compile": "off", **overrides})
     trainer = Trainer(config, cls)
     trainer._train_one(False)  # warm-up: compiles, fills what fills once

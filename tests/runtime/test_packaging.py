@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_subpackages_import_under_gpusim():
@@ -44,7 +44,7 @@ def test_wheel_holds_nothing_generic_at_top_level(tmp_path):
 def test_readme_example_runs():
     """The README's Python example is real code: run it (on the CPU backend)."""
     text = (ROOT / "README.md").read_text()
-    # the first block, the env's (tests/test_real_clients.py runs those of trained policies)
+    # the first block, the env's (tests/interop/test_real_clients.py runs those of trained policies)
     code = re.findall(r"```python\n(.*?)```", text, re.S)[0]
     namespace = {}
     exec(compile(code, "README.md", "exec"), namespace)

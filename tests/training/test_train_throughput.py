@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 from torch.autograd import DeviceType
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MODULE = "benchmarks.peers.train_throughput"
 
 

@@ -8,7 +8,7 @@ folder repeats by design (docs/architecture.md, "Environments").
 from collections import defaultdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = ("gpusim", "training", "envs")
 ALLOWED_NAMES = {"__init__.py"}
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # source folder -> the name it is installed under (setup.py's package_dir)
 ROOTS = {"gpusim": "gpusim", "envs": "gpusim.envs", "training": "gpusim.training",
          "cuda_kernels": "gpusim.cuda_kernels"}

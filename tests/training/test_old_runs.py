@@ -16,7 +16,7 @@ import gpusim
 from gpusim import train
 from gpusim.training.trained import animation, evaluation, network_export
 
-FIXTURES = Path(__file__).parent / "fixtures" / "saved_runs"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "saved_runs"
 TREES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
 KINDS = ("ppo", "two_policies", "sac", "population", "league")
 TIMED = ("time_s", "env_steps_per_s")  # wall-clock figures: never the same twice

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 PAGES = {"a": DOCS / "env_phases.md", "b": DOCS / "env_numba.md", "c": DOCS / "env_cuda_c.md"}
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 FILE_COMMENT = re.compile(r"^(?:#|//) (ring_gather/[\w.]+)\n")

@@ -17,7 +17,7 @@ from gpusim.check import check_env
 from mixed_team_env import MixedTeam
 from planted_env import NARROW_OBS, ZERO_BY_ZERO, chase, pursuit
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 def guide() -> str:

@@ -13,7 +13,7 @@ from pincer_env import (GUARDED, RACY, Pincer, PincerConfig, PincerOptedOut, pin
                         pincer_atomic_specs)
 import planted_env
 
-SOURCE = (Path(__file__).parent / "pincer_env.py").read_text().splitlines()
+SOURCE = (Path(__file__).parents[1] / "pincer_env.py").read_text().splitlines()
 
 
 def at(code):
@@ -49,7 +49,7 @@ def test_a_racy_count_no_run_reaches_is_reported_in_one_line():
 
 def test_the_guide_quotes_the_report():
     message = check_env(pincer(RACY), skip=("determinism",), verbose=False)["static_races"]
-    guide = (Path(__file__).parent.parent / "docs" / "env_phases.md").read_text()
+    guide = (Path(__file__).parents[2] / "docs" / "env_phases.md").read_text()
     assert f"FAIL static_races: {message.message}" in guide
 
 

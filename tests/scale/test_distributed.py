@@ -24,7 +24,7 @@ from gpusim.kernels import KernelSpec, agent_phase
 from gpusim.scale import distributed, messenger
 from gpusim.scale.scale_config import ONE_WEEK_S, ScaleConfig
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 ROOT = TESTS.parent
 CARTPOLE_FLAGS = ["--env", "cartpole", "--backend", "cpu", "--num_envs", "4",
                   "--rollout_len", "8", "--total_steps", "192", "--quiet",

@@ -149,7 +149,7 @@ def test_each_option_changes_only_its_own_floats():
 # ---- cuda_c refusal and config --------------------------------------------------------------
 @pytest.mark.parametrize("key", ["observe_own_state", "observe_in_own_frame"])
 def test_cuda_c_keeps_its_kernels_with_an_option_on(key):
-    """tag_continuous.cu writes both options too (tests/test_cuda_c.py: bit for bit against
+    """tag_continuous.cu writes both options too (tests/runtime/test_cuda_c.py: bit for bit against
     the portable kernels); only continuous actions rule its step kernel out."""
     env = make_tag(num_envs=1, **SMALL, **{key: True})
     for spec in (env.reset_kernel_spec(), env.step_kernel_spec()):

@@ -128,7 +128,7 @@ class Actors:
                 # rather than by the sampler's kernel, whose scalar exp runs twice per choice
                 # (0.9 against 0.4 ms a step for tag_continuous's 1,760 agents x 42 choices
                 # on one CPU core). The drawn log-probabilities agree with the policy's
-                # within 1e-6 (tests/test_sampler.py).
+                # within 1e-6 (tests/runtime/test_sampler.py).
                 torch.exp(out[0] if state else out, out=self.drawn[name][0])
             if memory is not None:
                 memory.copy_(out[-1])

@@ -55,7 +55,7 @@ def tanh(x):
     """tanh, in the form that runs fastest where it runs: under torch.compile
     1 - 2 / (exp(2x) + 1), which inductor's CPU loops vectorise; eagerly on the CPU, for
     large inputs, 2 sigmoid(2x) - 1. Every form agrees with tanh within 2e-7
-    (tests/test_fused.py)."""
+    (tests/training/test_fused.py)."""
     if torch.compiler.is_compiling():
         return 1 - 2 / (torch.exp(2 * x) + 1)
     # where gradients are recorded the output is kept for the backward: no in-place form

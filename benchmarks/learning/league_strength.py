@@ -109,7 +109,7 @@ def league_tool(args: list, result: Path, log) -> dict:
     return json.loads(result.read_text())
 
 
-# ---- statistics (tests/test_league_strength.py checks them on a known matrix) -------
+# ---- statistics (tests/training/test_league_strength.py checks them on a known matrix) -------
 def seed_ci(values) -> tuple:
     """(mean, half-width of its 95% t-interval) over seeds; nan with fewer than two."""
     values = list(values)

@@ -45,7 +45,7 @@ import yaml
 
 from benchmarks.common import ROOT, machine
 
-GPU_TEST_FILES = ("tests/test_gpu.py", "tests/test_cuda_c_gpu.py")
+GPU_TEST_FILES = ("tests/gpu/test_gpu.py", "tests/gpu/test_cuda_c_gpu.py")
 ENV_REPLICAS = (1000, 16000)
 GPU_BACKENDS = ("numba", "cuda_c")
 TAG_1024 = dict(num_taggers=24, num_runners=1000)
@@ -72,7 +72,7 @@ def train(*args, steps: int | None = None) -> list:
 
 
 STEPS = [
-    Step("gpu tests, CUDA graphs", "pytest", ["-q", "-x", "-m", "gpu", "tests/test_gpu.py",
+    Step("gpu tests, CUDA graphs", "pytest", ["-q", "-x", "-m", "gpu", "tests/gpu/test_gpu.py",
                                              "-k", "graph"], 90),
     # 5 timed iterations of rollout 100: one whole 500-step episode of every replica (they
     # run in step), so the rows out of play, which the update leaves out, are a cycle's;

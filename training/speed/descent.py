@@ -20,7 +20,7 @@ It runs two ways, with the same state:
 PPO's minibatch step runs eagerly in its own update (training.algorithms.ppo), in
 chunks where a minibatch is larger than a chunk (training.speed.wrap.chunked_step).
 
-Both are checked against `torch.optim.Adam` (tests/test_descent.py).
+Both are checked against `torch.optim.Adam` (tests/training/test_descent.py).
 
 **The ways a step runs, besides PPO's eager one.**
 

@@ -11,7 +11,7 @@ allocator pools, the optimizer's state), captures it at the second and replays i
 from then on. The function is the same one an eager run calls; nothing in it asks
 how it is run. A step may be captured only if it is static: the same operations on
 tensors of the same shapes at every call, no host read of a device value, no
-Python state that changes between calls (tests/test_static_steps.py checks the
+Python state that changes between calls (tests/training/test_static_steps.py checks the
 learners' steps on the CPU). Its inputs are copied into tensors the graph reads
 (kept from the capture; nested inputs too: lists, tuples, named tuples and dicts;
 inputs of other shapes are captured again); its outputs are the tensors the capture made, which every

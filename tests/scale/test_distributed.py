@@ -24,7 +24,8 @@ from gpusim.kernels import KernelSpec, agent_phase
 from gpusim.scale import distributed, messenger
 from gpusim.scale.scale_config import ONE_WEEK_S, ScaleConfig
 
-TESTS = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent  # children import this module by name
+TESTS = HERE.parent
 ROOT = TESTS.parent
 CARTPOLE_FLAGS = ["--env", "cartpole", "--backend", "cpu", "--num_envs", "4",
                   "--rollout_len", "8", "--total_steps", "192", "--quiet",
@@ -32,7 +33,8 @@ CARTPOLE_FLAGS = ["--env", "cartpole", "--backend", "cpu", "--num_envs", "4",
 
 
 def child_env(**extra):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), str(ROOT)]), **extra)
+    path = os.pathsep.join([str(HERE), str(TESTS), str(ROOT)])
+    env = dict(os.environ, PYTHONPATH=path, **extra)
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
                  "MASTER_PORT", distributed.LAUNCHER_STORE):
         env.pop(name, None)

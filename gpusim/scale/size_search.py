@@ -29,6 +29,7 @@ import torch
 from gpusim.errors import GpusimError, describe
 from gpusim.sizes import format_size
 
+
 @dataclass
 class Trial:
     value: int
